@@ -1,0 +1,21 @@
+# One image for web, worker and beat; docker-compose.yml picks the command.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
+WORKDIR /app
+
+COPY pyproject.toml README.md ./
+COPY config ./config
+COPY apps ./apps
+RUN pip install .
+
+COPY . .
+# collectstatic needs settings to load; these build-time values are not used at run time.
+RUN DEBUG=0 SECRET_KEY=build-only SECRETS_KEYS=YnVpbGQtb25seS1mZXJuZXQta2V5LTAxMjM0NTY3ODk= \
+    STATIC_ROOT=/app/staticfiles python manage.py collectstatic --noinput --verbosity 0
+
+ENV STATIC_ROOT=/app/staticfiles TRAINYARD_VAR_DIR=/app/var
+RUN mkdir -p /app/var && useradd --create-home trainyard && chown -R trainyard /app/var
+USER trainyard
+EXPOSE 8000
+CMD ["uvicorn", "config.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--proxy-headers"]

@@ -1,0 +1,56 @@
+# Trainyard. The README names two targets: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PY     := $(BIN)/python
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+# `make run` is for a laptop: debug on, SQLite under var/ unless DATABASE_URL is set.
+RUN_ENV := DEBUG=$${DEBUG:-1}
+# `make test` runs against PostgreSQL and Redis on this machine unless told otherwise.
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/trainyard
+
+.PHONY: run test install install-dev lint format migrate seed bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+run: install
+	$(RUN_ENV) $(PY) manage.py migrate --noinput
+	$(RUN_ENV) $(PY) manage.py seed_demo
+	$(RUN_ENV) $(PY) manage.py collectstatic --noinput --verbosity 0
+	$(RUN_ENV) $(PY) manage.py ensure_redis
+	@echo "Trainyard: http://127.0.0.1:8000/  (Ctrl-C stops web, worker and beat)"
+	$(RUN_ENV) $(BIN)/honcho start -f Procfile
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) manage.py makemigrations --check --dry-run --settings config.test_settings
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(PYTEST_ARGS)
+
+bench: install-dev
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) bench/run.py
+
+clean:
+	rm -rf $(VENV) var/staticfiles .pytest_cache .ruff_cache

@@ -1,0 +1,44 @@
+"""`manage.py seed_demo`: the demo organization, project and user that `make run` signs you
+in with. Safe to run any number of times; it never resets a password that was changed."""
+
+import os
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from apps.accounts.models import Membership, Organization, Role, User
+from apps.projects.models import Project
+
+DEMO_ORG = "demo"
+DEMO_USER = "demo"
+
+
+class Command(BaseCommand):
+    help = "Create the demo organization, project and user (idempotent)."
+
+    @transaction.atomic
+    def handle(self, *args, **options) -> None:
+        password = os.environ.get("DEMO_PASSWORD", "trainyard-demo")
+        org, _ = Organization.objects.get_or_create(
+            slug=DEMO_ORG, defaults={"name": "Demo", "compute_enabled": True}
+        )
+        if not org.compute_enabled:
+            org.compute_enabled = True
+            org.save(update_fields=["compute_enabled"])
+        user, created = User.objects.get_or_create(
+            username=DEMO_USER, defaults={"email": "demo@example.com"}
+        )
+        if created:
+            user.set_password(password)
+            user.save(update_fields=["password"])
+        Membership.objects.get_or_create(user=user, organization=org, defaults={"role": Role.OWNER})
+        Project.objects.get_or_create(
+            organization=org,
+            slug="getting-started",
+            defaults={
+                "name": "Getting started",
+                "description": "A first project to submit jobs in.",
+            },
+        )
+        shown = password if created else f"{password} (unless it was changed since)"
+        self.stdout.write(f"Demo ready: sign in at http://127.0.0.1:8000/ as {DEMO_USER} / {shown}")

@@ -1,0 +1,21 @@
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from apps.accounts import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(template_name="accounts/login.html"),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("orgs/switch/", views.switch_org, name="org-switch"),
+    path("o/<slug:org_slug>/settings/", views.org_settings, name="org-settings"),
+    path(
+        "o/<slug:org_slug>/settings/keys/<int:key_id>/revoke/",
+        views.api_key_revoke,
+        name="api-key-revoke",
+    ),
+]

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class PlaygroundConfig(AppConfig):
+    name = "apps.playground"
+    label = "playground"

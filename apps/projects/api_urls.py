@@ -1,0 +1,8 @@
+from django.urls import path
+
+from apps.projects import api
+
+urlpatterns = [
+    path("projects", api.ProjectListCreateView.as_view(), name="api-projects"),
+    path("projects/<str:project_id>", api.ProjectDetailView.as_view(), name="api-project"),
+]

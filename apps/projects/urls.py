@@ -1,0 +1,13 @@
+from django.urls import path
+
+from apps.projects import views
+
+urlpatterns = [
+    path("o/<slug:org_slug>/projects/", views.project_list, name="project-list"),
+    path("o/<slug:org_slug>/projects/new/", views.project_create, name="project-create"),
+    path(
+        "o/<slug:org_slug>/projects/<slug:project_slug>/",
+        views.project_detail,
+        name="project-detail",
+    ),
+]

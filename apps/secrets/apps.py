@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class SecretsConfig(AppConfig):
+    name = "apps.secrets"
+    label = "secrets"

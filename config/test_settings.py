@@ -1,0 +1,16 @@
+"""Settings for the test suite: the production settings module with test defaults filled in
+from the environment (PostgreSQL and Redis on this machine) and a fast password hasher."""
+
+import os
+
+os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/trainyard")
+os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production-use-0123456789")
+os.environ.setdefault("SECRETS_KEYS", "dGVzdC1vbmx5LWZlcm5ldC1rZXktMDEyMzQ1Njc4OTA=")
+os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
+os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/0")
+
+from config.settings import *  # noqa: F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}  # noqa: F405
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405  (WhiteNoise warns when missing)

@@ -1,0 +1,20 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from apps.accounts import views as account_views
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", account_views.healthz, name="healthz"),
+    path("", include("apps.accounts.urls")),
+    path("", include("apps.projects.urls")),
+    path("api/v1/", include("apps.accounts.api_urls")),
+    path("api/v1/", include("apps.projects.api_urls")),
+    path("api/v1/compute/", include("apps.catalog.api_urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]
+
+handler404 = "apps.accounts.api_errors.handler404"
+handler500 = "apps.accounts.api_errors.handler500"

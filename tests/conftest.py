@@ -1,0 +1,80 @@
+"""Shared personas: an organization with a member, a viewer and an admin, and an outsider who
+belongs to another organization. `api_client_for` authenticates with a real API key."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from apps.accounts import services
+from apps.accounts.models import Role
+from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
+
+
+@pytest.fixture
+def org(db):
+    return OrganizationFactory(slug="acme", name="Acme")
+
+
+@pytest.fixture
+def other_org(db):
+    return OrganizationFactory(slug="globex", name="Globex")
+
+
+def _member(org, role):
+    return MembershipFactory(organization=org, role=role, user=UserFactory()).user
+
+
+@pytest.fixture
+def member(org):
+    return _member(org, Role.MEMBER)
+
+
+@pytest.fixture
+def viewer(org):
+    return _member(org, Role.VIEWER)
+
+
+@pytest.fixture
+def admin(org):
+    return _member(org, Role.ADMIN)
+
+
+@pytest.fixture
+def outsider(other_org):
+    return _member(other_org, Role.OWNER)
+
+
+@pytest.fixture
+def project(org):
+    return ProjectFactory(organization=org, name="Vision", slug="vision")
+
+
+@pytest.fixture
+def other_project(other_org):
+    return ProjectFactory(organization=other_org, name="Secret plans", slug="secret-plans")
+
+
+def _client_for(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def client_for():
+    return _client_for
+
+
+@pytest.fixture
+def api_client_for():
+    """An API client that sends `Authorization: Bearer <key>` for a fresh key of `org`."""
+
+    def make(org, role: str = Role.MEMBER) -> APIClient:
+        _, full_key = services.api_key_create(organization=org, name="test", role=role)
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {full_key}")
+        return client
+
+    return make
