@@ -12,6 +12,8 @@ urlpatterns = [
     path("api/v1/", include("apps.accounts.api_urls")),
     path("api/v1/", include("apps.projects.api_urls")),
     path("api/v1/compute/", include("apps.catalog.api_urls")),
+    path("api/v1/compute/", include("apps.secrets.api_urls")),
+    path("api/v1/compute/", include("apps.jobs.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

@@ -21,3 +21,51 @@ class Accelerator(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class OfferQuerySet(models.QuerySet):
+    def enabled(self) -> OfferQuerySet:
+        return self.filter(enabled=True, provider__enabled=True)
+
+
+class Offer(models.Model):
+    """A provider's accelerator at a price: `capacity` GPUs in all, rented in any of
+    `gpu_counts` per job. Prices are integer micro-dollars per GPU-hour.
+
+    `price_per_gpu_hour_micros` is what an allocation captures now; spot offers move inside
+    the band [`min_price_per_gpu_hour_micros`, `max_price_per_gpu_hour_micros`], which is what
+    a quote reports. On-demand offers have a band of one price."""
+
+    class Market(models.TextChoices):
+        ON_DEMAND = "on_demand", "On demand"
+        SPOT = "spot", "Spot"
+
+    provider = models.ForeignKey(
+        "providers.Provider", on_delete=models.CASCADE, related_name="offers"
+    )
+    accelerator = models.ForeignKey(Accelerator, on_delete=models.PROTECT, related_name="offers")
+    gpu_counts = models.JSONField(default=list)
+    capacity = models.PositiveIntegerField(help_text="GPUs (or slots for cpu) in total")
+    market = models.CharField(max_length=16, choices=Market.choices, default=Market.ON_DEMAND)
+    price_per_gpu_hour_micros = models.BigIntegerField()
+    min_price_per_gpu_hour_micros = models.BigIntegerField()
+    max_price_per_gpu_hour_micros = models.BigIntegerField()
+    enabled = models.BooleanField(default=True)
+
+    objects = OfferQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["price_per_gpu_hour_micros", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(min_price_per_gpu_hour_micros__gte=0)
+                & models.Q(min_price_per_gpu_hour_micros__lte=models.F("price_per_gpu_hour_micros"))
+                & models.Q(
+                    price_per_gpu_hour_micros__lte=models.F("max_price_per_gpu_hour_micros")
+                ),
+                name="offer_price_inside_band",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider.name}: {self.accelerator.name} x{self.capacity}"
