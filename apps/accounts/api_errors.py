@@ -32,19 +32,19 @@ def error_body(error_type: str, message: str, param: str | None = None) -> dict:
     return {"error": {"type": error_type, "message": message, "param": param}}
 
 
-def _first_validation_error(detail, path: str = "") -> tuple[str | None, str]:
+def first_validation_error(detail, path: str = "") -> tuple[str | None, str]:
     """The first (param, message) in a nested DRF validation error, with a dotted param."""
     if isinstance(detail, dict):
         for key, value in detail.items():
             nested = f"{path}.{key}" if path else str(key)
             if key == "non_field_errors":
                 nested = path
-            param, message = _first_validation_error(value, nested)
+            param, message = first_validation_error(value, nested)
             return param or None, message
     if isinstance(detail, list) and detail:
         for index, item in enumerate(detail):
             if isinstance(item, dict | list):
-                return _first_validation_error(item, f"{path}[{index}]" if path else "")
+                return first_validation_error(item, f"{path}[{index}]" if path else "")
             return path or None, str(item)
     return path or None, str(detail)
 
@@ -60,7 +60,7 @@ def exception_handler(exc, context):
     if isinstance(exc, ApiError):
         body = error_body(exc.error_type, str(exc.detail), exc.param)
     elif isinstance(exc, exceptions.ValidationError):
-        param, message = _first_validation_error(exc.detail)
+        param, message = first_validation_error(exc.detail)
         body = error_body("invalid_request", message, param)
     else:
         error_type = next(

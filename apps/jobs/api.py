@@ -1,0 +1,139 @@
+"""`/api/v1/compute/jobs`: create (with Idempotency-Key), list, read, terminate, and read a
+job's logs and events. One view per operation; each calls one service or selector."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.accounts.errors import InvalidRequest
+from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
+from apps.core.pagination import parse_page_request
+from apps.jobs import selectors, services
+from apps.jobs.presenters import EventPage, JobEventOut, JobOut, JobPage, LogLineOut, LogPage
+from apps.jobs.specs import JobCreateIn
+
+MAX_IDEMPOTENCY_KEY = 255
+
+_PAGE_PARAMS = [
+    OpenApiParameter("limit", OpenApiTypes.INT, description="1 to 500, default 50"),
+    OpenApiParameter("cursor", OpenApiTypes.STR, description="next_cursor of the previous page"),
+]
+
+
+class ComputeView(APIView):
+    permission_classes = COMPUTE_PERMISSIONS
+
+
+class JobCollectionView(ComputeView):
+    @extend_schema(
+        request=JobCreateIn,
+        responses={201: JobOut, 200: JobOut},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True
+            )
+        ],
+        summary="Create a job",
+        operation_id="compute_jobs_create",
+    )
+    def post(self, request):
+        key = request.headers.get("Idempotency-Key", "").strip()
+        if not key:
+            raise InvalidRequest("The Idempotency-Key header is required.", param="Idempotency-Key")
+        if len(key) > MAX_IDEMPOTENCY_KEY:
+            raise InvalidRequest("The Idempotency-Key is too long.", param="Idempotency-Key")
+        who = caller(request)
+        result = services.job_create(
+            organization=who.organization,
+            payload=request.data,
+            idempotency_key=key,
+            created_by=who.user,
+            created_by_key=who.api_key,
+        )
+        job = selectors.job_for_org(who.organization, result.job.public_id)
+        code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+        return Response(JobOut(job).data, status=code)
+
+    @extend_schema(
+        responses=JobPage,
+        parameters=[
+            *_PAGE_PARAMS,
+            OpenApiParameter("project", OpenApiTypes.STR),
+            OpenApiParameter("state", OpenApiTypes.STR),
+        ],
+        summary="List jobs, newest first",
+        operation_id="compute_jobs_list",
+    )
+    def get(self, request):
+        page = parse_page_request(request.query_params, key_length=2)
+        jobs, next_cursor, total = selectors.job_list(
+            caller(request).organization,
+            page,
+            project_id=request.query_params.get("project"),
+            state=request.query_params.get("state"),
+        )
+        return Response(
+            {"data": JobOut(jobs, many=True).data, "next_cursor": next_cursor, "total": total}
+        )
+
+
+class JobDetailView(ComputeView):
+    @extend_schema(responses=JobOut, summary="Get a job", operation_id="compute_jobs_get")
+    def get(self, request, job_id: str):
+        return Response(JobOut(selectors.job_for_org(caller(request).organization, job_id)).data)
+
+
+class JobTerminateView(ComputeView):
+    @extend_schema(request=None, responses=JobOut, summary="Terminate a job (idempotent)")
+    def post(self, request, job_id: str):
+        organization = caller(request).organization
+        job = selectors.job_for_org(organization, job_id)
+        services.job_terminate(job=job)
+        return Response(JobOut(selectors.job_for_org(organization, job_id)).data)
+
+
+class JobLogsView(ComputeView):
+    @extend_schema(
+        responses=LogPage,
+        parameters=[
+            *_PAGE_PARAMS,
+            OpenApiParameter("source", OpenApiTypes.STR, enum=["user", "system"]),
+            OpenApiParameter("order", OpenApiTypes.STR, enum=["asc", "desc"]),
+        ],
+        summary="A job's log lines, cursor-paginated",
+    )
+    def get(self, request, job_id: str):
+        job = selectors.job_for_org(caller(request).organization, job_id)
+        page = parse_page_request(request.query_params)
+        lines, next_cursor, total = selectors.log_page(
+            job, page, source=request.query_params.get("source")
+        )
+        return Response(
+            {"data": LogLineOut(lines, many=True).data, "next_cursor": next_cursor, "total": total}
+        )
+
+
+class JobEventsView(ComputeView):
+    @extend_schema(
+        responses=EventPage,
+        parameters=[
+            *_PAGE_PARAMS,
+            OpenApiParameter("order", OpenApiTypes.STR, enum=["asc", "desc"]),
+        ],
+        summary="A job's lifecycle events, oldest first",
+    )
+    def get(self, request, job_id: str):
+        job = selectors.job_for_org(caller(request).organization, job_id)
+        page = parse_page_request(request.query_params)
+        events, next_cursor, total = selectors.event_page(job, page)
+        return Response(
+            {
+                "data": JobEventOut(events, many=True).data,
+                "next_cursor": next_cursor,
+                "total": total,
+            }
+        )

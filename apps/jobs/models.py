@@ -1,0 +1,253 @@
+"""Jobs and what they leave behind: attempts, events, log lines, metrics and artifacts.
+
+Money is integer micro-dollars (1,000,000 = $1). Public ids (`job_…`) name jobs outside;
+auto-increment ids order events and log lines and serve as their cursors.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.accounts.models import ApiKey, Organization, User
+from apps.core.ids import new_public_id
+from apps.jobs.states import TERMINAL_STATES, JobState
+from apps.projects.models import Project
+
+
+def new_job_id() -> str:
+    return new_public_id("job")
+
+
+class JobQuerySet(models.QuerySet):
+    def for_org(self, organization: Organization) -> JobQuerySet:
+        return self.filter(organization=organization)
+
+    def active(self) -> JobQuerySet:
+        return self.exclude(state__in=TERMINAL_STATES)
+
+
+class Job(models.Model):
+    class Kind(models.TextChoices):
+        CONTAINER = "container"
+        FINETUNE = "finetune"
+
+    class PriorityClass(models.TextChoices):
+        STANDARD = "standard"
+        PREEMPTIBLE = "preemptible"
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_job_id, editable=False)
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="jobs")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="jobs")
+    created_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by_key = models.ForeignKey(
+        ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.CONTAINER)
+    priority_class = models.CharField(
+        max_length=16, choices=PriorityClass.choices, default=PriorityClass.STANDARD
+    )
+
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.REQUESTED)
+    reason = models.CharField(max_length=64, null=True, blank=True)
+    error_message = models.TextField(blank=True)
+
+    # The submitted request, normalised, with secret references only (never values).
+    spec = models.JSONField()
+    accelerator = models.CharField(max_length=64)
+    gpu_count = models.PositiveSmallIntegerField()
+    ephemeral_disk_gb = models.PositiveIntegerField()
+    max_runtime_hours = models.FloatField(null=True, blank=True)
+    max_cost_micros = models.BigIntegerField(null=True, blank=True)
+    max_price_micros_hr = models.BigIntegerField(null=True, blank=True)
+
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
+    request_hash = models.CharField(max_length=64, blank=True)
+
+    accrued_micros = models.BigIntegerField(default=0)
+    exit_code = models.IntegerField(null=True, blank=True)
+    attempt_count = models.PositiveIntegerField(default=0)
+    user_log_lines = models.BigIntegerField(default=0)
+    system_log_lines = models.BigIntegerField(default=0)
+
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+    allocated_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    terminal_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="job_idempotency_key_per_org",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["organization", "-created_at", "-id"], name="job_org_recent"),
+            models.Index(
+                fields=["organization", "project", "-created_at", "-id"], name="job_project_recent"
+            ),
+            models.Index(
+                fields=["organization", "state", "-created_at", "-id"], name="job_state_recent"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.public_id
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+class JobCounter(models.Model):
+    """How many jobs an (organization, project, state) holds, kept by the services in the
+    same transaction as each write, so a filtered job list can report its `total` without
+    counting rows (COUNT grows with the table; this does not)."""
+
+    organization = models.ForeignKey(Organization, on_delete=models.CASCADE, related_name="+")
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    state = models.CharField(max_length=16, choices=JobState.choices)
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "project", "state"], name="one_counter_per_bucket"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.project_id}/{self.state}: {self.count}"
+
+
+class Attempt(models.Model):
+    """One run of the workload on one allocation. Preemption starts a new attempt; at most
+    one attempt of a job is live (not ended) at a time."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    provider = models.ForeignKey(
+        "providers.Provider", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    offer = models.ForeignKey(
+        "catalog.Offer", null=True, blank=True, on_delete=models.PROTECT, related_name="attempts"
+    )
+    accelerator = models.CharField(max_length=64)
+    gpu_count = models.PositiveSmallIntegerField()
+    gpu_memory_gb = models.PositiveIntegerField(default=0)
+    # The whole allocation's price per hour, captured at allocation.
+    price_micros_hr = models.BigIntegerField(default=0)
+    handle = models.JSONField(default=dict, blank=True)
+    token_hash = models.CharField(max_length=64, blank=True)
+    allocated_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    end_reason = models.CharField(max_length=64, blank=True)
+    billed_minutes = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["job", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="attempt_number_per_job"),
+            models.UniqueConstraint(
+                fields=["job"], condition=Q(ended_at__isnull=True), name="one_live_attempt_per_job"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}#{self.number}"
+
+
+class JobEvent(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    attempt = models.PositiveIntegerField(null=True, blank=True)
+    type = models.CharField(max_length=64)
+    message = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["job", "id"], name="event_job_id")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}: {self.type}"
+
+
+class LogLine(models.Model):
+    class Source(models.TextChoices):
+        USER = "user"
+        SYSTEM = "system"
+
+    class Stream(models.TextChoices):
+        STDOUT = "stdout"
+        STDERR = "stderr"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_lines")
+    attempt = models.PositiveIntegerField(default=1)
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.USER)
+    stream = models.CharField(max_length=8, choices=Stream.choices, default=Stream.STDOUT)
+    timestamp = models.DateTimeField()
+    message = models.TextField()
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["job", "id"], name="log_job_id"),
+            models.Index(fields=["job", "source", "id"], name="log_job_source_id"),
+        ]
+
+    def __str__(self) -> str:
+        return self.message[:80]
+
+
+class MetricPoint(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metrics")
+    attempt = models.PositiveIntegerField(default=1)
+    step = models.PositiveIntegerField()
+    loss = models.FloatField(null=True, blank=True)
+    epoch = models.FloatField(null=True, blank=True)
+    learning_rate = models.FloatField(null=True, blank=True)
+    extra = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["job", "step"], name="metric_job_step")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} step {self.step}"
+
+
+class Artifact(models.Model):
+    class Kind(models.TextChoices):
+        CHECKPOINT = "checkpoint"
+        ADAPTER = "adapter"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")
+    attempt = models.PositiveIntegerField(default=1)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    step = models.PositiveIntegerField(null=True, blank=True)
+    size_bytes = models.BigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64)
+    storage_path = models.CharField(max_length=500)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["job", "kind", "-step"], name="artifact_job_kind_step")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.storage_path}"

@@ -1,0 +1,191 @@
+"""The API's view of a job, its attempts, events and log lines (the reference's shapes)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from apps.jobs.models import Attempt, Job, JobEvent, LogLine
+from apps.jobs.states import JobState
+
+
+def micros_to_usd(micros: int | None) -> float | None:
+    return None if micros is None else round(micros / 1_000_000, 6)
+
+
+class AttemptOut(serializers.ModelSerializer):
+    provider = serializers.SerializerMethodField()
+    price_usd_hr = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Attempt
+        fields = [
+            "number",
+            "provider",
+            "accelerator",
+            "gpu_count",
+            "price_usd_hr",
+            "allocated_at",
+            "started_at",
+            "ended_at",
+            "exit_code",
+            "end_reason",
+        ]
+
+    def get_provider(self, attempt: Attempt) -> str | None:
+        return attempt.provider.name if attempt.provider else None
+
+    def get_price_usd_hr(self, attempt: Attempt) -> float:
+        return micros_to_usd(attempt.price_micros_hr)
+
+
+class ComputeOut(serializers.Serializer):
+    accelerator = serializers.CharField()
+    gpu_count = serializers.IntegerField()
+    ephemeral_disk_gb = serializers.IntegerField()
+
+
+class HardwareOut(serializers.Serializer):
+    accelerator = serializers.CharField()
+    gpu_count = serializers.IntegerField()
+    gpu_memory_gb = serializers.IntegerField()
+
+
+class LimitsOut(serializers.Serializer):
+    max_runtime_hours = serializers.FloatField(allow_null=True)
+    max_cost_usd = serializers.FloatField(allow_null=True)
+    max_price_usd_hr = serializers.FloatField(allow_null=True)
+
+
+class SshOut(serializers.Serializer):
+    host = serializers.CharField()
+    port = serializers.IntegerField()
+    user = serializers.CharField()
+    command = serializers.CharField()
+
+
+class ContainerOut(serializers.Serializer):
+    image = serializers.CharField()
+    command = serializers.ListField(child=serializers.CharField(), allow_null=True)
+    script_b64 = serializers.CharField(allow_null=True)
+    env = serializers.DictField(child=serializers.CharField())
+    secret_env = serializers.DictField(child=serializers.DictField(child=serializers.CharField()))
+
+
+class JobOut(serializers.Serializer):
+    """A job as the API shows it. `hardware`, `price_usd_hr` and `ssh` describe the current
+    (or last) attempt and are null before the first allocation."""
+
+    id = serializers.CharField(source="public_id")
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    project = serializers.CharField(source="project.public_id")
+    priority_class = serializers.CharField()
+    state = serializers.ChoiceField(choices=JobState.choices)
+    reason = serializers.CharField(allow_null=True)
+    compute = serializers.SerializerMethodField()
+    container = serializers.SerializerMethodField()
+    hardware = serializers.SerializerMethodField()
+    price_usd_hr = serializers.SerializerMethodField()
+    accrued_usd = serializers.SerializerMethodField()
+    allocated_at = serializers.DateTimeField(allow_null=True)
+    ssh = serializers.SerializerMethodField()
+    limits = serializers.SerializerMethodField()
+    endpoints = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    terminal_at = serializers.DateTimeField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    attempts = AttemptOut(many=True)
+
+    def _last_attempt(self, job: Job) -> Attempt | None:
+        attempts = list(job.attempts.all())
+        return attempts[-1] if attempts else None
+
+    @extend_schema_field(ComputeOut())
+    def get_compute(self, job: Job) -> dict:
+        return job.spec["compute"]
+
+    @extend_schema_field(ContainerOut())
+    def get_container(self, job: Job) -> dict:
+        return job.spec["container"]
+
+    @extend_schema_field(HardwareOut(allow_null=True))
+    def get_hardware(self, job: Job) -> dict | None:
+        attempt = self._last_attempt(job)
+        if attempt is None:
+            return None
+        return {
+            "accelerator": attempt.accelerator,
+            "gpu_count": attempt.gpu_count,
+            "gpu_memory_gb": attempt.gpu_memory_gb,
+        }
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_price_usd_hr(self, job: Job) -> float | None:
+        attempt = self._last_attempt(job)
+        return micros_to_usd(attempt.price_micros_hr) if attempt else None
+
+    @extend_schema_field(serializers.FloatField())
+    def get_accrued_usd(self, job: Job) -> float:
+        return micros_to_usd(job.accrued_micros)
+
+    @extend_schema_field(SshOut(allow_null=True))
+    def get_ssh(self, job: Job) -> dict | None:
+        attempt = self._last_attempt(job)
+        ssh = (attempt.handle or {}).get("ssh") if attempt else None
+        if not ssh or not job.spec["access"].get("ssh_public_key"):
+            return None
+        return {**ssh, "command": f"ssh -p {ssh['port']} {ssh['user']}@{ssh['host']}"}
+
+    @extend_schema_field(LimitsOut())
+    def get_limits(self, job: Job) -> dict:
+        return {
+            "max_runtime_hours": job.max_runtime_hours,
+            "max_cost_usd": micros_to_usd(job.max_cost_micros),
+            "max_price_usd_hr": micros_to_usd(job.max_price_micros_hr),
+        }
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_endpoints(self, job: Job) -> list[str]:
+        return []
+
+
+class LogLineOut(serializers.ModelSerializer):
+    id = serializers.SerializerMethodField()
+
+    class Meta:
+        model = LogLine
+        fields = ["id", "timestamp", "source", "stream", "message", "attempt"]
+
+    def get_id(self, line: LogLine) -> str:
+        return f"log_{line.id}"
+
+
+class JobEventOut(serializers.ModelSerializer):
+    id = serializers.SerializerMethodField()
+
+    class Meta:
+        model = JobEvent
+        fields = ["id", "type", "message", "data", "attempt", "created_at"]
+
+    def get_id(self, event: JobEvent) -> str:
+        return f"evt_{event.id}"
+
+
+def page_serializer(name: str, item: type[serializers.Serializer]) -> type[serializers.Serializer]:
+    """A `{data, next_cursor, total}` envelope for the OpenAPI schema."""
+    return type(
+        name,
+        (serializers.Serializer,),
+        {
+            "data": item(many=True),
+            "next_cursor": serializers.CharField(allow_null=True),
+            "total": serializers.IntegerField(),
+        },
+    )
+
+
+JobPage = page_serializer("JobPage", JobOut)
+LogPage = page_serializer("LogPage", LogLineOut)
+EventPage = page_serializer("EventPage", JobEventOut)

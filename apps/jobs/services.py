@@ -1,0 +1,275 @@
+"""Every write that matters to a job: create, transition, terminate, append logs and events.
+
+Rules that hold here:
+- `job_transition` is the only writer of `Job.state`: row lock, legality check against
+  `states.TRANSITIONS`, update, a `JobEvent`, counters, and a broadcast after commit.
+- Multi-row writes run in one transaction; nothing is half-written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F
+from django.http import Http404
+from django.utils import timezone
+
+from apps.accounts.api_errors import first_validation_error
+from apps.accounts.errors import Conflict, InvalidRequest
+from apps.accounts.models import ApiKey, Organization, User
+from apps.jobs import realtime, states
+from apps.jobs.models import Job, JobCounter, JobEvent, LogLine
+from apps.jobs.specs import JobCreateIn, normalise
+from apps.jobs.states import IllegalTransition, JobState
+from apps.projects.models import Project
+from apps.secrets.selectors import validate_secret_env
+
+DEFAULT_PROJECT_SLUG = "default"
+
+
+class IdempotencyConflict(Conflict):
+    error_type = "idempotency_conflict"
+    default_detail = "This Idempotency-Key was used with a different request body."
+
+
+def request_hash(payload: object) -> str:
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def validate_job_request(*, organization: Organization, payload: object) -> dict:
+    """Validate a job request and return the normalised spec; raises InvalidRequest."""
+    if not isinstance(payload, dict):
+        raise InvalidRequest("The body must be a JSON object.")
+    body = JobCreateIn(data=payload)
+    if not body.is_valid():
+        param, message = first_validation_error(body.errors)
+        raise InvalidRequest(message, param=param)
+    spec = normalise(body.validated_data)
+    validate_secret_env(organization=organization, secret_env=spec["container"]["secret_env"])
+    spec["project"] = body.validated_data.get("project")
+    return spec
+
+
+def _project_for(organization: Organization, project_id: str | None) -> Project:
+    if project_id:
+        project = Project.objects.for_org(organization).filter(public_id=project_id).first()
+        if project is None:
+            raise Http404("No such project.")
+        return project
+    project, _ = Project.objects.get_or_create(
+        organization=organization,
+        slug=DEFAULT_PROJECT_SLUG,
+        defaults={"name": "Default", "description": "Jobs submitted without a project."},
+    )
+    return project
+
+
+@dataclass(frozen=True)
+class CreatedJob:
+    job: Job
+    created: bool
+
+
+def job_create(
+    *,
+    organization: Organization,
+    payload: dict,
+    idempotency_key: str | None = None,
+    created_by: User | None = None,
+    created_by_key: ApiKey | None = None,
+    kind: str = Job.Kind.CONTAINER,
+) -> CreatedJob:
+    """Create a job in `requested` from a request body, or return the job an earlier request
+    with the same Idempotency-Key created (`created=False`).
+
+    The same key with a different body raises IdempotencyConflict (409). Two identical
+    requests racing each other create one job: the database's unique constraint decides.
+    """
+    digest = request_hash(payload)
+    if idempotency_key:
+        existing = _job_for_key(organization, idempotency_key, digest)
+        if existing is not None:
+            return CreatedJob(existing, created=False)
+
+    spec = validate_job_request(organization=organization, payload=payload)
+    project = _project_for(organization, spec.pop("project"))
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(
+                organization=organization,
+                project=project,
+                created_by=created_by,
+                created_by_key=created_by_key,
+                name=spec["name"],
+                kind=kind,
+                priority_class=spec["priority_class"],
+                spec=spec,
+                accelerator=spec["compute"]["accelerator"],
+                gpu_count=spec["compute"]["gpu_count"],
+                ephemeral_disk_gb=spec["compute"]["ephemeral_disk_gb"],
+                max_runtime_hours=spec["limits"]["max_runtime_hours"],
+                max_cost_micros=spec["limits"]["max_cost_micros"],
+                max_price_micros_hr=spec["limits"]["max_price_micros_hr"],
+                idempotency_key=idempotency_key or None,
+                request_hash=digest,
+            )
+            _count(job, None, JobState.REQUESTED)
+            event = JobEvent.objects.create(
+                job=job,
+                type="job_created",
+                message=f"Job {job.name!r} requested.",
+                data={"state": JobState.REQUESTED},
+            )
+            _broadcast_on_commit(job, event)
+    except IntegrityError:
+        if not idempotency_key:
+            raise
+        existing = _job_for_key(organization, idempotency_key, digest)
+        if existing is None:
+            raise
+        return CreatedJob(existing, created=False)
+    return CreatedJob(job, created=True)
+
+
+def _job_for_key(organization: Organization, key: str, digest: str) -> Job | None:
+    job = Job.objects.filter(organization=organization, idempotency_key=key).first()
+    if job is not None and job.request_hash != digest:
+        raise IdempotencyConflict(param="Idempotency-Key")
+    return job
+
+
+def job_transition(
+    *,
+    job_id: int,
+    to: str,
+    reason: str | None = None,
+    message: str = "",
+    data: dict | None = None,
+    exit_code: int | None = None,
+    error_message: str | None = None,
+) -> Job:
+    """Move a job to `to` if the transition table allows it; raise IllegalTransition (and
+    change nothing) if it does not. Locks the job's row for the rest of the transaction."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).select_related("project").get(pk=job_id)
+        current = job.state
+        if not states.is_legal(current, to):
+            raise IllegalTransition(job.public_id, current, to)
+        now = timezone.now()
+        job.state = to
+        job.reason = reason
+        fields = ["state", "reason", "updated_at"]
+        if to == JobState.RUNNING and job.started_at is None:
+            job.started_at = now
+            fields.append("started_at")
+        if states.is_terminal(to):
+            job.terminal_at = now
+            fields.append("terminal_at")
+        if exit_code is not None:
+            job.exit_code = exit_code
+            fields.append("exit_code")
+        if error_message is not None:
+            job.error_message = error_message
+            fields.append("error_message")
+        job.save(update_fields=fields)
+        _count(job, current, to)
+        event = JobEvent.objects.create(
+            job=job,
+            attempt=job.attempt_count or None,
+            type="state_changed",
+            message=message or f"{current} → {to}" + (f" ({reason})" if reason else ""),
+            data={"from": current, "to": to, "reason": reason, **(data or {})},
+        )
+        _broadcast_on_commit(job, event)
+    return job
+
+
+def job_terminate(*, job: Job, reason: str = "cancelled") -> Job:
+    """Ask for a job to end. Idempotent: a job already terminating or ended is returned as
+    it is. A job that holds no hardware ends `terminated` at once; one that does goes
+    `terminating` and the reconcile loop releases its hardware."""
+    with transaction.atomic():
+        locked = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+        if locked.is_terminal or locked.state == JobState.TERMINATING:
+            return locked
+        held_nothing = locked.state in states.NOTHING_TO_RELEASE
+        JobEvent.objects.create(
+            job=locked,
+            attempt=locked.attempt_count or None,
+            type="terminate_requested",
+            message="Termination requested.",
+            data={"reason": reason},
+        )
+        locked = job_transition(job_id=locked.pk, to=JobState.TERMINATING, reason=reason)
+        if held_nothing:
+            locked = job_transition(job_id=locked.pk, to=JobState.TERMINATED, reason=reason)
+    return locked
+
+
+@dataclass(frozen=True)
+class LogLineIn:
+    timestamp: datetime
+    message: str
+    source: str = LogLine.Source.USER
+    stream: str = LogLine.Stream.STDOUT
+
+
+def logs_append(*, job: Job, attempt: int, lines: Iterable[LogLineIn]) -> int:
+    """Store log lines in bulk and keep the job's per-source line counts in step."""
+    rows = [
+        LogLine(
+            job=job,
+            attempt=attempt,
+            source=line.source,
+            stream=line.stream,
+            timestamp=line.timestamp,
+            message=line.message,
+        )
+        for line in lines
+    ]
+    if not rows:
+        return 0
+    user = sum(1 for row in rows if row.source == LogLine.Source.USER)
+    with transaction.atomic():
+        LogLine.objects.bulk_create(rows, batch_size=1000)
+        Job.objects.filter(pk=job.pk).update(
+            user_log_lines=F("user_log_lines") + user,
+            system_log_lines=F("system_log_lines") + (len(rows) - user),
+        )
+    return len(rows)
+
+
+def _count(job: Job, old: str | None, new: str) -> None:
+    """Move the job from one counter bucket to another (same transaction as the write).
+    Buckets are touched in a fixed order so concurrent transitions cannot deadlock."""
+    deltas = {new: 1} if old is None else {old: -1, new: 1}
+    table = JobCounter._meta.db_table
+    with connection.cursor() as cursor:
+        for state in sorted(deltas):
+            cursor.execute(
+                f"INSERT INTO {table} (organization_id, project_id, state, count) "
+                "VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (organization_id, project_id, state) "
+                f"DO UPDATE SET count = {table}.count + EXCLUDED.count",
+                [job.organization_id, job.project_id, state, deltas[state]],
+            )
+
+
+def _broadcast_on_commit(job: Job, event: JobEvent) -> None:
+    transaction.on_commit(
+        partial(
+            realtime.broadcast_job_changed,
+            job_public_id=job.public_id,
+            project_public_id=job.project.public_id,
+            state=job.state,
+            event_id=event.id,
+        ),
+        robust=True,
+    )

@@ -1,0 +1,229 @@
+"""Validation of a job request into the normalised spec a Job stores.
+
+The same validation serves the API and the dashboard's forms (through
+`apps.jobs.services.job_create`). Errors carry a dotted `param` naming the field, e.g.
+`compute.gpu_count` or `container.env.MY_VAR`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import struct
+from decimal import Decimal
+
+from rest_framework import serializers
+
+from apps.catalog.models import Accelerator
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+RESERVED_PREFIX = "TRAINYARD_"
+PLATFORM_OWNED = frozenset({"HF_ENDPOINT"})
+MAX_DISK_GB = 4096
+MAX_SCRIPT_BYTES = 1024 * 1024
+SSH_KEY_TYPES = frozenset(
+    {
+        "ssh-ed25519",
+        "ssh-rsa",
+        "ecdsa-sha2-nistp256",
+        "ecdsa-sha2-nistp384",
+        "ecdsa-sha2-nistp521",
+        "sk-ssh-ed25519@openssh.com",
+        "sk-ecdsa-sha2-nistp256@openssh.com",
+    }
+)
+MICROS = Decimal(1_000_000)
+
+
+class StrictSerializer(serializers.Serializer):
+    """Rejects fields it does not know, so a typo is an error rather than silently ignored."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({unknown[0]: "Unknown field."})
+        return super().to_internal_value(data)
+
+
+class ComputeIn(StrictSerializer):
+    accelerator = serializers.CharField(max_length=64)
+    gpu_count = serializers.IntegerField(min_value=1, max_value=64)
+    ephemeral_disk_gb = serializers.IntegerField(min_value=1, max_value=MAX_DISK_GB)
+
+    def validate(self, attrs):
+        accelerator = Accelerator.objects.filter(name=attrs["accelerator"]).first()
+        if accelerator is None:
+            raise serializers.ValidationError(
+                {"accelerator": f"Unknown accelerator {attrs['accelerator']!r}; see the catalog."}
+            )
+        if attrs["gpu_count"] not in accelerator.gpu_counts:
+            counts = ", ".join(str(c) for c in accelerator.gpu_counts)
+            raise serializers.ValidationError(
+                {"gpu_count": f"{accelerator.name} comes in gpu counts {counts}."}
+            )
+        return attrs
+
+
+def _check_env_name(name: str) -> str | None:
+    if not ENV_NAME.match(name):
+        return "Not a valid environment variable name."
+    if name.upper().startswith(RESERVED_PREFIX):
+        return f"Names starting with {RESERVED_PREFIX} are reserved for the platform."
+    if name in PLATFORM_OWNED:
+        return f"{name} is set by the platform and cannot be overridden."
+    return None
+
+
+class SecretRefIn(StrictSerializer):
+    secret_id = serializers.CharField(max_length=32)
+    key = serializers.CharField(max_length=255)
+
+
+class ContainerIn(StrictSerializer):
+    image = serializers.CharField(max_length=500)
+    command = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        allow_empty=False,
+        required=False,
+        allow_null=True,
+        max_length=1000,
+    )
+    script_b64 = serializers.CharField(required=False, allow_null=True, trim_whitespace=False)
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=dict,
+    )
+    secret_env = serializers.DictField(child=SecretRefIn(), required=False, default=dict)
+
+    def validate_script_b64(self, value):
+        if value is None:
+            return value
+        try:
+            decoded = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise serializers.ValidationError("Not valid base64.") from exc
+        if not decoded.strip():
+            raise serializers.ValidationError("The script is empty.")
+        if len(decoded) > MAX_SCRIPT_BYTES:
+            raise serializers.ValidationError("The script is larger than 1 MiB.")
+        return value
+
+    def validate_env(self, value):
+        errors = {name: problem for name in value if (problem := _check_env_name(name))}
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+    def validate_secret_env(self, value):
+        errors = {name: problem for name in value if (problem := _check_env_name(name))}
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+    def validate(self, attrs):
+        has_command = attrs.get("command") is not None
+        has_script = attrs.get("script_b64") is not None
+        if has_command == has_script:
+            raise serializers.ValidationError(
+                {"command": "Give exactly one of command (an argv list) and script_b64."}
+            )
+        clash = sorted(set(attrs.get("env", {})) & set(attrs.get("secret_env", {})))
+        if clash:
+            raise serializers.ValidationError(
+                {"secret_env": {clash[0]: "Also set in env; a variable comes from one place."}}
+            )
+        return attrs
+
+
+def _valid_ssh_public_key(text: str) -> bool:
+    """An OpenSSH public key line: `<type> <base64 blob> [comment]`, where the blob itself
+    starts with the same type name (length-prefixed), as every real key does."""
+    parts = text.strip().split(None, 2)
+    if len(parts) < 2 or parts[0] not in SSH_KEY_TYPES:
+        return False
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+        (length,) = struct.unpack(">I", blob[:4])
+    except (binascii.Error, ValueError, struct.error):
+        return False
+    return blob[4 : 4 + length] == parts[0].encode() and len(blob) > 4 + length
+
+
+class AccessIn(StrictSerializer):
+    ssh_public_key = serializers.CharField(
+        required=False, allow_null=True, max_length=16384, trim_whitespace=True
+    )
+
+    def validate_ssh_public_key(self, value):
+        if value is not None and not _valid_ssh_public_key(value):
+            raise serializers.ValidationError(
+                "Not an OpenSSH public key (expected e.g. 'ssh-ed25519 AAAA... you@host')."
+            )
+        return value
+
+
+def _positive(value):
+    if value is not None and value <= 0:
+        raise serializers.ValidationError("Must be greater than zero.")
+    return value
+
+
+class LimitsIn(StrictSerializer):
+    max_runtime_hours = serializers.FloatField(required=False, allow_null=True, max_value=24 * 365)
+    max_cost_usd = serializers.DecimalField(
+        max_digits=14, decimal_places=6, required=False, allow_null=True
+    )
+    max_price_usd_hr = serializers.DecimalField(
+        max_digits=14, decimal_places=6, required=False, allow_null=True
+    )
+
+    validate_max_runtime_hours = staticmethod(_positive)
+    validate_max_cost_usd = staticmethod(_positive)
+    validate_max_price_usd_hr = staticmethod(_positive)
+
+
+class JobCreateIn(StrictSerializer):
+    name = serializers.CharField(max_length=200)
+    project = serializers.CharField(max_length=32, required=False, allow_null=True)
+    priority_class = serializers.ChoiceField(
+        choices=["standard", "preemptible"], required=False, default="standard"
+    )
+    compute = ComputeIn()
+    container = ContainerIn()
+    access = AccessIn(required=False)
+    limits = LimitsIn(required=False)
+
+
+def usd_to_micros(value: Decimal | None) -> int | None:
+    return None if value is None else int((Decimal(value) * MICROS).to_integral_value())
+
+
+def normalise(validated: dict) -> dict:
+    """The stored spec: every field present, money as micro-dollars, secret references
+    only (their values are resolved when the runner fetches its spec)."""
+    container = validated["container"]
+    limits = validated.get("limits") or {}
+    access = validated.get("access") or {}
+    return {
+        "name": validated["name"],
+        "priority_class": validated["priority_class"],
+        "compute": dict(validated["compute"]),
+        "container": {
+            "image": container["image"],
+            "command": container.get("command"),
+            "script_b64": container.get("script_b64"),
+            "env": dict(container.get("env") or {}),
+            "secret_env": {
+                name: dict(ref) for name, ref in (container.get("secret_env") or {}).items()
+            },
+        },
+        "access": {"ssh_public_key": access.get("ssh_public_key")},
+        "limits": {
+            "max_runtime_hours": limits.get("max_runtime_hours"),
+            "max_cost_micros": usd_to_micros(limits.get("max_cost_usd")),
+            "max_price_micros_hr": usd_to_micros(limits.get("max_price_usd_hr")),
+        },
+    }

@@ -1,0 +1,165 @@
+"""Reads of secrets: the cursor-paginated list, and `secret_env` checking and resolution for
+jobs.
+
+`secret_env` maps an environment variable name in the workload to one key of one stored
+secret of the job's organization:
+
+    {"HF_TOKEN": {"secret_id": "sec_Vb3nRk8sQw1xYz2M", "key": "HF_TOKEN"}}
+
+Job creation calls `validate_secret_env`; only the runner's spec fetch calls
+`resolve_secret_env`, which is the one place values are decrypted for use.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypedDict
+
+from django.db.models import Q
+
+from apps.accounts.errors import InvalidRequest
+from apps.accounts.models import Organization
+from apps.secrets.crypto import decrypt_data
+from apps.secrets.models import Secret
+from apps.secrets.validation import is_env_name
+
+SECRET_ENV_PARAM = "container.secret_env"
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 200
+
+
+class SecretRef(TypedDict):
+    secret_id: str
+    key: str
+
+
+@dataclass(frozen=True)
+class SecretPage:
+    items: list[Secret]
+    next_cursor: str | None
+    total: int
+
+
+def _encode_cursor(secret: Secret) -> str:
+    raw = json.dumps([secret.created_at.isoformat(), secret.id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, int]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created_at, last_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        when = datetime.fromisoformat(created_at)
+        if when.tzinfo is None or not isinstance(last_id, int) or isinstance(last_id, bool):
+            raise ValueError(cursor)
+    except (binascii.Error, UnicodeError, TypeError, ValueError) as exc:
+        raise InvalidRequest("The cursor is not valid.", param="cursor") from exc
+    return when, last_id
+
+
+def secret_list(
+    *, organization: Organization, limit: int = DEFAULT_PAGE_SIZE, cursor: str | None = None
+) -> SecretPage:
+    """One page of the organization's secrets, oldest first (created_at, then id).
+
+    Keyset pagination: the cursor names the last row of the previous page, so pages stay
+    stable while secrets are created or deleted, and no OFFSET is scanned. `limit` must be
+    1..200; a bad `limit` or `cursor` raises InvalidRequest naming that param."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE_SIZE}.", param="limit")
+    secrets_of_org = Secret.objects.for_org(organization)
+    page = secrets_of_org.order_by("created_at", "id")
+    if cursor:
+        created_at, last_id = _decode_cursor(cursor)
+        page = page.filter(Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=last_id))
+    rows = list(page[: limit + 1])
+    items = rows[:limit]
+    next_cursor = _encode_cursor(items[-1]) if len(rows) > limit else None
+    return SecretPage(items=items, next_cursor=next_cursor, total=secrets_of_org.count())
+
+
+def _checked_refs(secret_env: Any) -> dict[str, SecretRef]:
+    """`secret_env` as {ENV_NAME: SecretRef}, or InvalidRequest naming the first bad entry."""
+    if secret_env is None:
+        return {}
+    if not isinstance(secret_env, Mapping):
+        raise InvalidRequest(
+            "secret_env must be an object of ENV_NAME: {secret_id, key}.", param=SECRET_ENV_PARAM
+        )
+    refs: dict[str, SecretRef] = {}
+    for env_name, ref in secret_env.items():
+        param = f"{SECRET_ENV_PARAM}.{env_name}"
+        if not is_env_name(env_name):
+            raise InvalidRequest(
+                "Environment variable names must match [A-Za-z_][A-Za-z0-9_]*.", param=param
+            )
+        if (
+            not isinstance(ref, Mapping)
+            or set(ref) != {"secret_id", "key"}
+            or not isinstance(ref["secret_id"], str)
+            or not isinstance(ref["key"], str)
+        ):
+            raise InvalidRequest(
+                'Each entry must be {"secret_id": "sec_…", "key": "KEY"}.', param=param
+            )
+        refs[env_name] = SecretRef(secret_id=ref["secret_id"], key=ref["key"])
+    return refs
+
+
+def _referenced_secrets(
+    organization: Organization, refs: dict[str, SecretRef], *fields: str
+) -> dict[str, Secret]:
+    """The organization's secrets that `refs` name, by public id, in one query. Another
+    organization's secret is simply absent."""
+    if not refs:
+        return {}
+    ids = {ref["secret_id"] for ref in refs.values()}
+    found = Secret.objects.for_org(organization).filter(public_id__in=ids).only(*fields)
+    return {secret.public_id: secret for secret in found}
+
+
+def _check_ref(env_name: str, ref: SecretRef, secret: Secret | None, keys: Any) -> None:
+    param = f"{SECRET_ENV_PARAM}.{env_name}"
+    if secret is None:
+        raise InvalidRequest(f"No secret {ref['secret_id']!r} in this organization.", param=param)
+    if ref["key"] not in keys:
+        raise InvalidRequest(f"Secret {ref['secret_id']!r} has no key {ref['key']!r}.", param=param)
+
+
+def validate_secret_env(*, organization: Organization, secret_env: Any) -> None:
+    """Check that every entry of `secret_env` names an existing key of an existing secret of
+    `organization`, without decrypting anything. `None` counts as empty.
+
+    Raises InvalidRequest with param `container.secret_env.ENV_NAME` (or
+    `container.secret_env` when it is not an object) for the first bad entry."""
+    refs = _checked_refs(secret_env)
+    secrets_by_id = _referenced_secrets(organization, refs, "public_id", "keys")
+    for env_name, ref in refs.items():
+        secret = secrets_by_id.get(ref["secret_id"])
+        _check_ref(env_name, ref, secret, secret.keys if secret else ())
+
+
+def resolve_secret_env(*, organization: Organization, secret_env: Any) -> dict[str, str]:
+    """{ENV_NAME: value} for `secret_env`, decrypted now: one query, each secret decrypted
+    once. Raises the same InvalidRequest as `validate_secret_env` when a secret or key has
+    gone since, and SecretUndecryptable when SECRETS_KEYS no longer opens a row.
+
+    The result is plaintext: hand it only to the job's runner, never to logs, events, job
+    specs or provider manifests."""
+    refs = _checked_refs(secret_env)
+    secrets_by_id = _referenced_secrets(organization, refs, "public_id", "ciphertext")
+    decrypted: dict[str, dict[str, str]] = {}
+    resolved: dict[str, str] = {}
+    for env_name, ref in refs.items():
+        secret = secrets_by_id.get(ref["secret_id"])
+        if secret is not None and secret.public_id not in decrypted:
+            decrypted[secret.public_id] = decrypt_data(secret.ciphertext)
+        data = decrypted[secret.public_id] if secret is not None else {}
+        _check_ref(env_name, ref, secret, data)
+        resolved[env_name] = data[ref["key"]]
+    return resolved

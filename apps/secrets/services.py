@@ -1,0 +1,87 @@
+"""Every write to secrets: create, replace, delete and key rotation.
+
+Values are encrypted before they reach the database and never leave this app except through
+`apps.secrets.selectors.resolve_secret_env`.
+"""
+
+from __future__ import annotations
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.accounts.errors import Conflict
+from apps.accounts.models import Organization
+from apps.secrets.crypto import encrypt_data, rotate_token
+from apps.secrets.models import Secret
+from apps.secrets.validation import validate_data, validate_name
+
+ROTATE_BATCH_SIZE = 500
+
+
+def secret_create(*, organization: Organization, name: str, data: dict[str, str]) -> Secret:
+    """Create a secret of `organization` holding `data`.
+
+    Raises InvalidRequest (param `name`, `data` or `data.KEY`) for a bad name or data, and
+    Conflict (param `name`) when the organization already has a secret of that name. The
+    name check is the database constraint, inside a savepoint, so two simultaneous creates
+    cannot both win and the caller's transaction stays usable."""
+    name = validate_name(name)
+    data = validate_data(data)
+    try:
+        with transaction.atomic():
+            return Secret.objects.create(
+                organization=organization,
+                name=name,
+                keys=sorted(data),
+                ciphertext=encrypt_data(data),
+            )
+    except IntegrityError as exc:
+        # The only other unique column is the random public_id; re-raise if that was it.
+        if not Secret.objects.for_org(organization).filter(name=name).exists():
+            raise
+        raise Conflict(f"A secret named {name!r} already exists.", param="name") from exc
+
+
+def secret_replace(*, secret: Secret, data: dict[str, str]) -> Secret:
+    """Replace all of the secret's values (and so its key list) with `data`.
+
+    Raises InvalidRequest for bad data, leaving the row untouched. Keys not in `data` are
+    gone afterwards."""
+    data = validate_data(data)
+    secret.keys = sorted(data)
+    secret.ciphertext = encrypt_data(data)
+    secret.updated_at = timezone.now()
+    secret.save(update_fields=["keys", "ciphertext", "updated_at"])
+    return secret
+
+
+def secret_delete(*, secret: Secret) -> None:
+    """Delete the secret. Jobs that name it in `secret_env` fail resolution from then on."""
+    secret.delete()
+
+
+def secrets_rotate(*, batch_size: int = ROTATE_BATCH_SIZE) -> int:
+    """Re-encrypt every secret with the newest key of SECRETS_KEYS; returns how many.
+
+    Works in batches by primary key, each in its own transaction with the rows locked, so a
+    `secret_replace` racing with it either waits for the batch or is seen by it: rotation
+    never writes back a value older than the one stored. `updated_at` is left alone (the
+    values did not change). Raises SecretUndecryptable, after committing earlier batches,
+    when a row opens with none of the keys."""
+    rotated = 0
+    last_id = 0
+    while True:
+        with transaction.atomic():
+            batch = list(
+                Secret.objects.select_for_update()
+                .filter(id__gt=last_id)
+                .order_by("id")
+                .only("id", "ciphertext")[:batch_size]
+            )
+            if not batch:
+                return rotated
+            for secret in batch:
+                secret.ciphertext = rotate_token(secret.ciphertext)
+            Secret.objects.bulk_update(batch, ["ciphertext"])
+        rotated += len(batch)
+        last_id = batch[-1].id

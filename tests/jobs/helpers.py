@@ -1,0 +1,49 @@
+"""Building jobs for tests through the real services."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+
+from apps.jobs import services
+from apps.jobs.models import Job
+from apps.jobs.states import JobState as S
+
+# A legal path from `requested` to each state, so a test job reaches it through the one
+# writer of Job.state (and the counters stay true).
+PATH_TO = {
+    S.REQUESTED: [],
+    S.ALLOCATING: [S.ALLOCATING],
+    S.PROVISIONING: [S.ALLOCATING, S.PROVISIONING],
+    S.RUNNING: [S.ALLOCATING, S.PROVISIONING, S.RUNNING],
+    S.FINALIZING: [S.ALLOCATING, S.PROVISIONING, S.RUNNING, S.FINALIZING],
+    S.SUCCEEDED: [S.ALLOCATING, S.PROVISIONING, S.RUNNING, S.FINALIZING, S.SUCCEEDED],
+    S.FAILED: [S.FAILED],
+    S.PREEMPTED: [S.ALLOCATING, S.PROVISIONING, S.PREEMPTED],
+    S.TERMINATING: [S.TERMINATING],
+    S.TERMINATED: [S.TERMINATING, S.TERMINATED],
+}
+
+
+def job_body(**overrides) -> dict:
+    body = {
+        "name": "train",
+        "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 10},
+        "container": {"image": "python:3.11-slim", "command": ["python", "-c", "print(1)"]},
+    }
+    body.update(overrides)
+    return body
+
+
+def script_b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def make_job(org, *, state: str = S.REQUESTED, **overrides) -> Job:
+    result = services.job_create(
+        organization=org, payload=job_body(**overrides), idempotency_key=uuid.uuid4().hex
+    )
+    job = result.job
+    for step in PATH_TO[state]:
+        job = services.job_transition(job_id=job.pk, to=step)
+    return job

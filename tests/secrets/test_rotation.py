@@ -1,0 +1,65 @@
+import json
+
+import pytest
+from cryptography.fernet import Fernet, MultiFernet
+from django.core.management import call_command
+from django.test import override_settings
+
+from apps.secrets import services
+from apps.secrets.crypto import SecretUndecryptable, decrypt_data
+from apps.secrets.models import Secret
+
+pytestmark = pytest.mark.django_db
+
+OLD = Fernet.generate_key().decode()
+NEW = Fernet.generate_key().decode()
+
+
+def _only_new_key_decrypts_every_row() -> dict[str, dict]:
+    """Every row, decrypted by a MultiFernet that knows only the new key."""
+    only_new = MultiFernet([Fernet(NEW)])
+    return {
+        secret.name: json.loads(only_new.decrypt(secret.ciphertext.encode()))
+        for secret in Secret.objects.order_by("name")
+    }
+
+
+@pytest.fixture
+def old_secrets(org, other_org, make_secret):
+    with override_settings(SECRETS_KEYS=[OLD]):
+        made = [
+            make_secret(org, "a", {"TOKEN": "one"}),
+            make_secret(org, "b", {"TOKEN": "two", "MORE": "three"}),
+            make_secret(other_org, "c", {"TOKEN": "four"}),
+        ]
+    return made
+
+
+def test_rotation_re_encrypts_every_row_with_the_newest_key(old_secrets):
+    before = {s.name: (s.keys, s.updated_at) for s in Secret.objects.all()}
+    with override_settings(SECRETS_KEYS=[NEW, OLD]):
+        assert services.secrets_rotate(batch_size=2) == 3
+    assert _only_new_key_decrypts_every_row() == {
+        "a": {"TOKEN": "one"},
+        "b": {"TOKEN": "two", "MORE": "three"},
+        "c": {"TOKEN": "four"},
+    }
+    assert {s.name: (s.keys, s.updated_at) for s in Secret.objects.all()} == before
+
+
+def test_the_command_prints_how_many_it_re_encrypted(old_secrets, capsys):
+    with override_settings(SECRETS_KEYS=[NEW, OLD]):
+        call_command("rotate_secrets", "--batch-size", "1")
+    assert capsys.readouterr().out == "Re-encrypted 3 secrets with the newest key.\n"
+    assert len(_only_new_key_decrypts_every_row()) == 3
+
+
+def test_rotation_with_no_secrets_is_zero(db):
+    assert services.secrets_rotate() == 0
+
+
+def test_rotation_stops_on_a_row_no_key_opens(old_secrets):
+    with override_settings(SECRETS_KEYS=[NEW]), pytest.raises(SecretUndecryptable):
+        services.secrets_rotate()
+    with override_settings(SECRETS_KEYS=[OLD]):
+        assert decrypt_data(Secret.objects.get(name="a").ciphertext) == {"TOKEN": "one"}
