@@ -5,12 +5,9 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.core.money import micros_to_usd
 from apps.jobs.models import Attempt, Job, JobEvent, LogLine
 from apps.jobs.states import JobState
-
-
-def micros_to_usd(micros: int | None) -> float | None:
-    return None if micros is None else round(micros / 1_000_000, 6)
 
 
 class AttemptOut(serializers.ModelSerializer):

@@ -11,11 +11,11 @@ import base64
 import binascii
 import re
 import struct
-from decimal import Decimal
 
 from rest_framework import serializers
 
 from apps.catalog.models import Accelerator
+from apps.core.money import usd_to_micros
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_PREFIX = "TRAINYARD_"
@@ -33,7 +33,6 @@ SSH_KEY_TYPES = frozenset(
         "sk-ecdsa-sha2-nistp256@openssh.com",
     }
 )
-MICROS = Decimal(1_000_000)
 
 
 class StrictSerializer(serializers.Serializer):
@@ -195,10 +194,6 @@ class JobCreateIn(StrictSerializer):
     container = ContainerIn()
     access = AccessIn(required=False)
     limits = LimitsIn(required=False)
-
-
-def usd_to_micros(value: Decimal | None) -> int | None:
-    return None if value is None else int((Decimal(value) * MICROS).to_integral_value())
 
 
 def normalise(validated: dict) -> dict:

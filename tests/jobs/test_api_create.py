@@ -94,7 +94,8 @@ def test_no_idempotency_key_is_400(api):
     assert not Job.objects.exists()
 
 
-@pytest.mark.django_db(transaction=True)
+# serialized_rollback restores the migrations' seed rows (the catalog) that a flush removes.
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_two_identical_requests_at_the_same_moment_create_one_job(org):
     from apps.accounts import services as account_services
 

@@ -1,0 +1,94 @@
+"""Reads over the offer catalog: which offers can take a job now, and what a quote says.
+
+Placement and the quote endpoint share `offers_with_free_capacity`, so a quote that says
+`available` names exactly the offers placement would consider at that moment. Neither
+reserves anything: placement must still allocate under a lock and re-check capacity.
+
+Money is integer micro-dollars (1,000,000 = $1); converting to dollars is the API's job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import F, IntegerField, Q, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from apps.catalog.models import Offer
+
+
+def offers_with_free_capacity(
+    *, accelerator: str, gpu_count: int, max_price_micros_hr: int | None = None
+) -> list[Offer]:
+    """Enabled offers (offer and provider enabled) of `accelerator` that rent `gpu_count`
+    GPUs per job, have at least `gpu_count` free now and, when `max_price_micros_hr` is
+    given, cost at most that for the whole job per hour. Cheapest first, then by id.
+
+    Each offer carries three annotations:
+    - `used`: GPUs held by its live attempts (`ended_at` NULL), 0 when none;
+    - `free`: `capacity - used` (always >= `gpu_count` in the result);
+    - `job_price_micros_hr`: `price_per_gpu_hour_micros * gpu_count`.
+    `provider` and `accelerator` are loaded with the offer. One query.
+
+    `gpu_counts` is a JSON list. Where the database can test JSON containment (PostgreSQL's
+    jsonb `@>`, `connection.features.supports_json_field_contains`) the filter runs in SQL;
+    SQLite, the embedded default, cannot, so there the same test runs in Python on the
+    rows the query returns. An accelerator has a handful of offers, so the fallback costs
+    nothing worth a database-specific expression, and the result is the same either way.
+    """
+    in_sql = connection.features.supports_json_field_contains
+    offers = (
+        Offer.objects.enabled()
+        .filter(accelerator__name=accelerator)
+        .select_related("provider", "accelerator")
+        .annotate(
+            used=Coalesce(
+                Sum("attempts__gpu_count", filter=Q(attempts__ended_at__isnull=True)),
+                Value(0),
+                output_field=IntegerField(),
+            ),
+            free=F("capacity") - F("used"),
+            job_price_micros_hr=F("price_per_gpu_hour_micros") * Value(gpu_count),
+        )
+        .filter(free__gte=gpu_count)
+        .order_by("price_per_gpu_hour_micros", "id")
+    )
+    if in_sql:
+        offers = offers.filter(gpu_counts__contains=[gpu_count])
+    if max_price_micros_hr is not None:
+        offers = offers.filter(job_price_micros_hr__lte=max_price_micros_hr)
+    result = list(offers)
+    if not in_sql:
+        result = [offer for offer in result if gpu_count in offer.gpu_counts]
+    return result
+
+
+@dataclass(frozen=True)
+class QuoteResult:
+    """A live observation, not a reservation. Prices are for the whole job per hour, in
+    micro-dollars, from the offers' bands; both are None exactly when `available` is
+    False."""
+
+    available: bool
+    price_min_micros_hr: int | None
+    price_max_micros_hr: int | None
+    observed_at: datetime
+
+
+def quote(*, accelerator: str, gpu_count: int) -> QuoteResult:
+    """Whether `gpu_count` x `accelerator` is obtainable now, and the hourly price range
+    across the offers that could take it: the lowest band floor to the highest band
+    ceiling (`min_/max_price_per_gpu_hour_micros * gpu_count`). Writes nothing."""
+    offers = offers_with_free_capacity(accelerator=accelerator, gpu_count=gpu_count)
+    observed_at = timezone.now()
+    if not offers:
+        return QuoteResult(False, None, None, observed_at)
+    return QuoteResult(
+        available=True,
+        price_min_micros_hr=min(o.min_price_per_gpu_hour_micros for o in offers) * gpu_count,
+        price_max_micros_hr=max(o.max_price_per_gpu_hour_micros for o in offers) * gpu_count,
+        observed_at=observed_at,
+    )
