@@ -14,7 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str
+from config.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -215,6 +215,36 @@ SESSION_COOKIE_HTTPONLY = True
 # An API key's `last_used_at` is written at most this often, so a busy key costs no write
 # per request.
 API_KEY_TOUCH_INTERVAL_S = env_int("API_KEY_TOUCH_INTERVAL_S", 60)
+
+# Running jobs. Times in seconds unless named otherwise.
+# The URL runners use to reach this control plane (they may run on other hosts).
+TRAINYARD_PUBLIC_URL = env_str("TRAINYARD_PUBLIC_URL", "http://127.0.0.1:8000")
+# Injected into every workload as HF_ENDPOINT when set (a Hugging Face compatible hub).
+TRAINYARD_HF_ENDPOINT = env_str("TRAINYARD_HF_ENDPOINT", "")
+# Where the local provider keeps per-attempt work directories.
+LOCAL_WORK_DIR = Path(env_str("LOCAL_WORK_DIR", str(VAR_DIR / "work")))
+RECONCILE_INTERVAL_S = env_float("RECONCILE_INTERVAL_S", 5.0)
+HEARTBEAT_INTERVAL_S = env_float("HEARTBEAT_INTERVAL_S", 5.0)
+# A live attempt whose runner has not been heard from for this long is lost.
+HEARTBEAT_TIMEOUT_S = env_float("HEARTBEAT_TIMEOUT_S", 90.0)
+TERMINATE_GRACE_S = env_float("TERMINATE_GRACE_S", 10.0)
+# A job that finds no capacity waits in `requested` this long, then fails `no_capacity`.
+NO_CAPACITY_TIMEOUT_S = env_float("NO_CAPACITY_TIMEOUT_S", 3600.0)
+# An allocation not launched after this long is launched again by reconcile (idempotently).
+LAUNCH_STALL_S = env_float("LAUNCH_STALL_S", 15.0)
+DISPATCH_MAX_DELIVERIES = env_int("DISPATCH_MAX_DELIVERIES", 5)
+LOG_BATCH_MAX_LINES = env_int("LOG_BATCH_MAX_LINES", 1000)
+LOG_BATCH_MAX_INTERVAL_S = env_float("LOG_BATCH_MAX_INTERVAL_S", 0.25)
+# Accounted time runs this many times faster than the wall clock: runtime limits and
+# per-minute billing use it. 1 in production; tests shorten minutes to seconds with 60.
+TRAINYARD_CLOCK_SCALE = env_float("TRAINYARD_CLOCK_SCALE", 1.0)
+# Test-only fault injection: dispatch pauses this long right after it commits an allocation,
+# so a test can kill the worker at exactly that point. 0 (off) everywhere else.
+TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S = env_float("TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S", 0.0)
+
+CELERY_BEAT_SCHEDULE = {
+    "reconcile": {"task": "jobs.reconcile", "schedule": RECONCILE_INTERVAL_S},
+}
 
 LOGGING = {
     "version": 1,

@@ -6,6 +6,8 @@ auto-increment ids order events and log lines and serve as their cursors.
 
 from __future__ import annotations
 
+import secrets
+
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -18,6 +20,10 @@ from apps.projects.models import Project
 
 def new_job_id() -> str:
     return new_public_id("job")
+
+
+def new_token_nonce() -> str:
+    return secrets.token_hex(16)
 
 
 class JobQuerySet(models.QuerySet):
@@ -71,11 +77,16 @@ class Job(models.Model):
     accrued_micros = models.BigIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)
     attempt_count = models.PositiveIntegerField(default=0)
+    # Deliveries of dispatch work since the job last moved on; too many means a task keeps
+    # crashing on this job, which then fails (`dispatch_crash`) instead of looping.
+    dispatch_deliveries = models.PositiveSmallIntegerField(default=0)
     user_log_lines = models.BigIntegerField(default=0)
     system_log_lines = models.BigIntegerField(default=0)
 
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
+    # When the job last entered `requested`: the no-capacity wait counts from here.
+    queued_at = models.DateTimeField(default=timezone.now)
     allocated_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     terminal_at = models.DateTimeField(null=True, blank=True)
@@ -147,8 +158,13 @@ class Attempt(models.Model):
     gpu_memory_gb = models.PositiveIntegerField(default=0)
     # The whole allocation's price per hour, captured at allocation.
     price_micros_hr = models.BigIntegerField(default=0)
+    # The backend's handle for this attempt (pid, pod name, slurm id...); {} until launched.
     handle = models.JSONField(default=dict, blank=True)
-    token_hash = models.CharField(max_length=64, blank=True)
+    # The runner token is derived from this nonce and SECRET_KEY (apps.jobs.tokens), so it
+    # can be handed out again on a relaunch without storing it.
+    token_nonce = models.CharField(max_length=32, unique=True, default=new_token_nonce)
+    launched_at = models.DateTimeField(null=True, blank=True)
+    terminate_requested_at = models.DateTimeField(null=True, blank=True)
     allocated_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -197,6 +213,8 @@ class LogLine(models.Model):
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_lines")
     attempt = models.PositiveIntegerField(default=1)
+    # The runner's per-attempt sequence number; NULL for lines the control plane writes.
+    seq = models.PositiveIntegerField(null=True, blank=True)
     source = models.CharField(max_length=8, choices=Source.choices, default=Source.USER)
     stream = models.CharField(max_length=8, choices=Stream.choices, default=Stream.STDOUT)
     timestamp = models.DateTimeField()
@@ -207,6 +225,14 @@ class LogLine(models.Model):
         indexes = [
             models.Index(fields=["job", "id"], name="log_job_id"),
             models.Index(fields=["job", "source", "id"], name="log_job_source_id"),
+        ]
+        constraints = [
+            # A retried batch is stored once: ingestion skips (attempt, seq) pairs it has.
+            models.UniqueConstraint(
+                fields=["job", "attempt", "seq"],
+                condition=Q(seq__isnull=False),
+                name="log_line_once_per_seq",
+            )
         ]
 
     def __str__(self) -> str:

@@ -41,3 +41,21 @@ def broadcast_job_changed(
         async_to_sync(layer.group_send)(project_group(project_public_id), message)
     except Exception:  # the write has committed; a lost broadcast is recovered by clients
         logger.warning("broadcast for %s failed", job_public_id, exc_info=True)
+
+
+def broadcast_output(*, job_public_id: str, last_log_id: int, last_metric_id: int | None) -> None:
+    """New log lines (and maybe metric points) up to these ids; clients fetch after the last
+    id they hold, so a dropped message only delays them."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    message = {
+        "type": "job.output",
+        "job": job_public_id,
+        "last_log_id": last_log_id,
+        "last_metric_id": last_metric_id,
+    }
+    try:
+        async_to_sync(layer.group_send)(job_group(job_public_id), message)
+    except Exception:
+        logger.warning("output broadcast for %s failed", job_public_id, exc_info=True)

@@ -128,6 +128,8 @@ def job_create(
                 data={"state": JobState.REQUESTED},
             )
             _broadcast_on_commit(job, event)
+            # Robust: if the broker is away, reconcile still finds the job in `requested`.
+            transaction.on_commit(partial(_enqueue_dispatch, job.pk), robust=True)
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -260,6 +262,21 @@ def _count(job: Job, old: str | None, new: str) -> None:
                 f"DO UPDATE SET count = {table}.count + EXCLUDED.count",
                 [job.organization_id, job.project_id, state, deltas[state]],
             )
+
+
+def _enqueue_dispatch(job_pk: int) -> None:
+    from apps.jobs.tasks import dispatch_job
+
+    dispatch_job.delay(job_pk)
+
+
+def system_log(*, job: Job, attempt: int, message: str) -> None:
+    """A `source=system` line written by the control plane (allocation, launch, ...)."""
+    logs_append(
+        job=job,
+        attempt=attempt,
+        lines=[LogLineIn(timestamp=timezone.now(), message=message, source=LogLine.Source.SYSTEM)],
+    )
 
 
 def _broadcast_on_commit(job: Job, event: JobEvent) -> None:

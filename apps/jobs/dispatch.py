@@ -1,0 +1,188 @@
+"""Dispatch: from `requested` to a launched runner.
+
+`dispatch(job_id)` may run any number of times, concurrently, or be cut off anywhere: each
+step re-reads the job under its row lock and does nothing if the job has moved on, and the
+backend's `launch` is idempotent per attempt. A workload never runs inside a task; the task
+only starts the runner and records its handle. What a crash leaves half-done, the next
+dispatch (enqueued by reconcile) finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from apps.core.money import micros_to_usd
+from apps.jobs import services
+from apps.jobs.models import Attempt, Job, JobEvent
+from apps.jobs.states import JobState
+from apps.jobs.tokens import token_for
+from apps.providers.backends import backend_for
+from apps.providers.backends.base import Bootstrap, LaunchRequest, PermanentBackendError
+from apps.providers.placement import lock_offer_with_capacity
+
+logger = logging.getLogger(__name__)
+
+DISPATCHABLE = frozenset({JobState.REQUESTED, JobState.ALLOCATING, JobState.PROVISIONING})
+
+
+def dispatch(job_id: int) -> None:
+    """Advance one job as far as dispatch goes: allocate, then launch."""
+    if not _count_delivery(job_id):
+        return
+    allocate(job_id)
+    launch(job_id)
+    Job.objects.filter(pk=job_id).update(dispatch_deliveries=0)
+
+
+def _count_delivery(job_id: int) -> bool:
+    """Count this delivery (committed at once, so a crash later still counts it). A job
+    whose dispatch keeps crashing fails `dispatch_crash`. False when there is nothing to do."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.state not in DISPATCHABLE:
+            return False
+        if job.dispatch_deliveries >= settings.DISPATCH_MAX_DELIVERIES:
+            _fail(job, "dispatch_crash", "Dispatch kept crashing; giving up on this job.")
+            return False
+        Job.objects.filter(pk=job_id).update(dispatch_deliveries=F("dispatch_deliveries") + 1)
+    return True
+
+
+def allocate(job_id: int) -> Attempt | None:
+    """Place a `requested` job on the cheapest offer with room: create its Attempt with the
+    price captured now (billing starts here) and move it to `allocating`. Without capacity
+    the job waits; after NO_CAPACITY_TIMEOUT_S it fails `no_capacity`."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        if job is None or job.state != JobState.REQUESTED:
+            return None
+        offer = lock_offer_with_capacity(
+            accelerator=job.accelerator,
+            gpu_count=job.gpu_count,
+            max_price_micros_hr=job.max_price_micros_hr,
+        )
+        now = timezone.now()
+        if offer is None:
+            _wait_for_capacity(job, now)
+            return None
+        number = job.attempt_count + 1
+        attempt = Attempt.objects.create(
+            job=job,
+            number=number,
+            provider=offer.provider,
+            offer=offer,
+            accelerator=offer.accelerator.name,
+            gpu_count=job.gpu_count,
+            gpu_memory_gb=offer.accelerator.memory_gb,
+            price_micros_hr=offer.price_per_gpu_hour_micros * job.gpu_count,
+            allocated_at=now,
+        )
+        Job.objects.filter(pk=job.pk).update(attempt_count=number, allocated_at=now)
+        price = micros_to_usd(attempt.price_micros_hr)
+        where = f"{offer.provider.name}: {attempt.accelerator} x{attempt.gpu_count}"
+        services.job_transition(
+            job_id=job.pk, to=JobState.ALLOCATING, message=f"Allocated {where} at ${price}/h."
+        )
+        JobEvent.objects.create(
+            job=job,
+            attempt=number,
+            type="provider_allocated",
+            message=f"Allocated {where} at ${price}/h.",
+            data={"provider": offer.provider.name, "offer": offer.pk, "price_usd_hr": price},
+        )
+        services.system_log(job=job, attempt=number, message=f"allocated {where} at ${price}/h")
+    if settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S:
+        time.sleep(settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S)
+    return attempt
+
+
+def _wait_for_capacity(job: Job, now) -> None:
+    waited = now - job.queued_at
+    if waited >= timedelta(seconds=settings.NO_CAPACITY_TIMEOUT_S):
+        _fail(job, "no_capacity", f"No capacity for {job.accelerator} x{job.gpu_count} in time.")
+        return
+    already_said = JobEvent.objects.filter(
+        job=job, type="waiting_for_capacity", created_at__gte=job.queued_at
+    ).exists()
+    if not already_said:
+        JobEvent.objects.create(
+            job=job,
+            attempt=job.attempt_count or None,
+            type="waiting_for_capacity",
+            message=f"Waiting for {job.accelerator} x{job.gpu_count} capacity.",
+        )
+
+
+def launch(job_id: int) -> None:
+    """Start the runner of the job's current attempt, once. Moves `allocating` to
+    `provisioning` first, so a crash after the launch is seen as a provisioning job whose
+    launch must be checked, never as an allocation that may be launched anew."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        if job is None or job.state not in {JobState.ALLOCATING, JobState.PROVISIONING}:
+            return
+        attempt = _current_attempt(job)
+        if attempt is None or attempt.launched_at is not None:
+            return
+        if job.state == JobState.ALLOCATING:
+            services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
+    request = LaunchRequest(
+        job_id=job.public_id,
+        attempt=attempt.number,
+        accelerator=attempt.accelerator,
+        gpu_count=attempt.gpu_count,
+        ephemeral_disk_gb=job.ephemeral_disk_gb,
+        image=job.spec["container"]["image"],
+    )
+    bootstrap = Bootstrap(
+        control_url=settings.TRAINYARD_PUBLIC_URL,
+        job_id=job.public_id,
+        attempt=attempt.number,
+        token=token_for(attempt.token_nonce),
+    )
+    try:
+        handle = backend_for(attempt.provider).launch(request, bootstrap)
+    except PermanentBackendError as exc:
+        with transaction.atomic():
+            locked = Job.objects.select_for_update().get(pk=job_id)
+            if locked.state in DISPATCHABLE:
+                _fail(locked, "launch_failed", str(exc))
+        return
+    with transaction.atomic():
+        updated = Attempt.objects.filter(pk=attempt.pk, launched_at__isnull=True).update(
+            handle=handle, launched_at=timezone.now()
+        )
+        if updated:
+            services.system_log(
+                job=job,
+                attempt=attempt.number,
+                message=f"runner started on {attempt.provider.name}",
+            )
+
+
+def _current_attempt(job: Job) -> Attempt | None:
+    return (
+        Attempt.objects.select_related("provider")
+        .filter(job=job, number=job.attempt_count, ended_at__isnull=True)
+        .first()
+    )
+
+
+def _fail(job: Job, reason: str, message: str) -> None:
+    """Fail a job that is still being dispatched, ending its attempt if it has one. Call
+    under the job's row lock."""
+    attempt = _current_attempt(job)
+    if attempt is not None:
+        from apps.jobs.supervision import end_attempt
+
+        end_attempt(attempt, reason=reason)
+    services.job_transition(
+        job_id=job.pk, to=JobState.FAILED, reason=reason, message=message, error_message=message
+    )

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from apps.jobs import runner_api
+
+urlpatterns = [
+    path("jobs/<str:job_id>/spec", runner_api.spec, name="runner-spec"),
+    path("jobs/<str:job_id>/started", runner_api.started, name="runner-started"),
+    path("jobs/<str:job_id>/heartbeat", runner_api.heartbeat, name="runner-heartbeat"),
+    path("jobs/<str:job_id>/logs", runner_api.logs, name="runner-logs"),
+    path("jobs/<str:job_id>/exit", runner_api.exit_, name="runner-exit"),
+]

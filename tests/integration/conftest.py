@@ -1,0 +1,135 @@
+"""Fixtures for tests that run jobs for real: one stack (web, worker, beat) per session on
+the test database, and per test an organization with an API key talking to it over HTTP."""
+
+from __future__ import annotations
+
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import requests
+from django.conf import settings
+from django.db import connection
+
+from apps.accounts import services as account_services
+from tests.factories import OrganizationFactory
+from tests.integration.stack import Stack, wait_for
+
+TERMINAL = {"succeeded", "failed", "terminated"}
+
+
+def _test_database_url() -> str:
+    parts = urlsplit(settings.DATABASES["default"].get("TEST_URL") or _configured_url())
+    return urlunsplit(parts._replace(path=f"/{connection.settings_dict['NAME']}"))
+
+
+def _configured_url() -> str:
+    import os
+
+    return os.environ["DATABASE_URL"]
+
+
+@pytest.fixture(scope="session")
+def stack(django_db_setup, django_db_blocker, tmp_path_factory):
+    with django_db_blocker.unblock():
+        database_url = _test_database_url()
+    running = Stack(
+        database_url=database_url,
+        redis_url=settings.REDIS_URL,
+        workdir=tmp_path_factory.mktemp("stack"),
+    )
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
+
+
+class ComputeApi:
+    """A client of the compute API, as a user's script would be."""
+
+    def __init__(self, base: str, key: str) -> None:
+        self.base = base
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+
+    def submit(
+        self, *, command=None, script_b64=None, env=None, secret_env=None, limits=None, name="it"
+    ) -> dict:
+        container = {"image": "local", "env": env or {}, "secret_env": secret_env or {}}
+        if command is not None:
+            container["command"] = command
+        if script_b64 is not None:
+            container["script_b64"] = script_b64
+        body = {
+            "name": name,
+            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": container,
+        }
+        if limits:
+            body["limits"] = limits
+        response = self.session.post(
+            f"{self.base}/api/v1/compute/jobs",
+            json=body,
+            headers={"Idempotency-Key": uuid.uuid4().hex},
+            timeout=10,
+        )
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def job(self, job_id: str) -> dict:
+        response = self.session.get(f"{self.base}/api/v1/compute/jobs/{job_id}", timeout=10)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def wait_state(self, job_id: str, states: set[str] | str, timeout: float = 60) -> dict:
+        wanted = {states} if isinstance(states, str) else states
+        return wait_for(
+            lambda: (job := self.job(job_id))["state"] in wanted and job,
+            timeout=timeout,
+            what=f"{job_id} to reach {sorted(wanted)}",
+        )
+
+    def terminate(self, job_id: str) -> dict:
+        response = self.session.post(
+            f"{self.base}/api/v1/compute/jobs/{job_id}/terminate", timeout=10
+        )
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def logs(self, job_id: str, **params) -> list[dict]:
+        lines, cursor = [], None
+        while True:
+            query = {"limit": 500, **params, **({"cursor": cursor} if cursor else {})}
+            response = self.session.get(
+                f"{self.base}/api/v1/compute/jobs/{job_id}/logs", params=query, timeout=30
+            )
+            assert response.status_code == 200, response.text
+            body = response.json()
+            lines += body["data"]
+            if not (cursor := body["next_cursor"]):
+                return lines
+
+    def events(self, job_id: str) -> list[dict]:
+        response = self.session.get(
+            f"{self.base}/api/v1/compute/jobs/{job_id}/events", params={"limit": 500}, timeout=10
+        )
+        return response.json()["data"]
+
+
+@pytest.fixture
+def compute_org(transactional_db):
+    return OrganizationFactory(slug=f"it-{uuid.uuid4().hex[:6]}", compute_enabled=True)
+
+
+@pytest.fixture
+def api(stack, compute_org):
+    _, key = account_services.api_key_create(organization=compute_org, name="it")
+    client = ComputeApi(stack.url, key)
+    yield client
+    # Leave no job running for the next test: the local offer has two slots.
+    from apps.jobs.models import Job
+
+    for job_id in Job.objects.exclude(state__in=TERMINAL).values_list("public_id", flat=True):
+        client.terminate(job_id)
+        client.wait_state(job_id, TERMINAL, timeout=30)

@@ -1,0 +1,197 @@
+"""A real Trainyard for integration tests: the ASGI web server (uvicorn), a Celery worker and
+Celery beat, as separate processes on the test database and a Redis database of their own.
+Each can be stopped, killed and restarted, so tests can crash parts mid-flight."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+import requests
+
+from tests.live import BIN, ROOT, free_port, wait_until
+
+STACK_ENV = {
+    "DJANGO_SETTINGS_MODULE": "config.test_settings",
+    "ALLOWED_HOSTS": "127.0.0.1,localhost",
+    "RECONCILE_INTERVAL_S": "1",
+    "HEARTBEAT_INTERVAL_S": "1",
+    "HEARTBEAT_TIMEOUT_S": "60",
+    "TERMINATE_GRACE_S": "3",
+    "LAUNCH_STALL_S": "4",
+    "LOG_BATCH_MAX_INTERVAL_S": "0.1",
+    # One wall-clock second counts as one minute for runtime limits and billing.
+    "TRAINYARD_CLOCK_SCALE": "60",
+}
+
+
+@dataclass
+class Proc:
+    name: str
+    args: list[str]
+    log: Path
+    popen: subprocess.Popen | None = None
+
+    def start(self, env: dict[str, str]) -> None:
+        with open(self.log, "ab") as out:
+            self.popen = subprocess.Popen(
+                self.args,
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def signal_group(self, sig: int) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+        if self.popen is None:
+            return
+        self.signal_group(sig)
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.signal_group(signal.SIGKILL)
+            self.popen.wait(timeout=timeout)
+        self.popen = None
+
+    def tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class Stack:
+    database_url: str
+    redis_url: str
+    workdir: Path
+    port: int = field(default_factory=free_port)
+    procs: dict[str, Proc] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+        env.update(STACK_ENV)
+        env.update(
+            {
+                "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+                "DATABASE_URL": self.database_url,
+                "REDIS_URL": self.redis_url,
+                "TRAINYARD_PUBLIC_URL": self.url,
+                "LOCAL_WORK_DIR": str(self.workdir / "work"),
+                "TRAINYARD_VAR_DIR": str(self.workdir / "var"),
+            }
+        )
+        env.update(extra)
+        return env
+
+    def _proc(self, name: str, args: list[str]) -> Proc:
+        if name not in self.procs:
+            self.procs[name] = Proc(name, args, self.workdir / f"{name}.log")
+        return self.procs[name]
+
+    def start_web(self) -> None:
+        web = self._proc(
+            "web",
+            [
+                str(BIN / "uvicorn"),
+                "config.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "warning",
+            ],
+        )
+        web.start(self.env())
+        wait_until(self._web_answers, timeout=30, what=f"web server\n{web.tail()}")
+
+    def _web_answers(self) -> bool:
+        try:
+            return requests.get(f"{self.url}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def start_worker(self, **extra: str) -> None:
+        worker = self._proc(
+            "worker",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                "2",
+                "--without-gossip",
+                "--without-mingle",
+                "-n",
+                f"it-{self.port}@%h",
+            ],
+        )
+        size = worker.log.stat().st_size if worker.log.exists() else 0
+        worker.start(self.env(**extra))
+        wait_until(
+            lambda: b" ready." in worker.log.read_bytes()[size:],
+            timeout=60,
+            what=f"celery worker\n{worker.tail()}",
+        )
+
+    def start_beat(self) -> None:
+        beat = self._proc(
+            "beat",
+            [
+                str(BIN / "celery"),
+                "-A",
+                "config",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(self.workdir / "beat-schedule"),
+            ],
+        )
+        beat.start(self.env())
+
+    def start(self) -> None:
+        redis.Redis.from_url(self.redis_url).flushdb()
+        self.start_web()
+        self.start_worker()
+        self.start_beat()
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.stop()
+
+    def logs(self) -> str:
+        return "\n\n".join(f"== {p.name}\n{p.tail()}" for p in self.procs.values())
+
+
+def python_command(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.2):
+    return wait_until(predicate, timeout=timeout, interval=interval, what=what)
+
+
+__all__ = ["Stack", "python_command", "time", "wait_for"]
