@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,10 +52,8 @@ class Proc:
 
     def signal_group(self, sig: int) -> None:
         if self.popen is not None and self.popen.poll() is None:
-            try:
+            with suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, sig)
-            except ProcessLookupError:
-                pass
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
         if self.popen is None:

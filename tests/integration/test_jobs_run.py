@@ -67,7 +67,10 @@ echo "var=$MY_VAR"
 echo "token=$HF_TOKEN"
 printf '%s' "$HF_TOKEN" | base64
 python -c "import os, urllib.parse as u; print(u.quote(os.environ['HF_TOKEN'], safe=''))"
-python -c "import os, sys, time; t = os.environ['HF_TOKEN']; sys.stdout.write('split:' + t[:6]); sys.stdout.flush(); time.sleep(0.3); sys.stdout.write(t[6:] + chr(10))"
+# The secret in two writes with a pause between them.
+python -c "import os, sys, time; t = os.environ['HF_TOKEN']; \
+sys.stdout.write('split:' + t[:6]); sys.stdout.flush(); \
+time.sleep(0.3); sys.stdout.write(t[6:] + chr(10))"
 test "$HF_TOKEN" = 'hf_S3cr3t/value+with=chars' && echo "secret reached the workload"
 echo "control plane key: ${SECRET_KEY:-absent}, runner token: ${TRAINYARD_RUNNER_TOKEN:-absent}"
 echo "job: $TRAINYARD_JOB_ID attempt $TRAINYARD_ATTEMPT"
