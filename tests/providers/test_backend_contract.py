@@ -1,0 +1,100 @@
+"""The contract every backend keeps (docs/adding-a-provider.md), run against each backend
+with the real runner talking to a live control plane."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from apps.jobs.dispatch import allocate
+from apps.jobs.models import Attempt
+from apps.jobs.tokens import token_for
+from apps.providers.backends import REGISTRY, backend_for, procfs
+from apps.providers.backends.base import Bootstrap, LaunchRequest
+from tests.factories import OrganizationFactory
+from tests.jobs.helpers import make_job
+from tests.live import wait_until
+
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+
+@pytest.fixture(params=sorted(REGISTRY))
+def kind(request, settings, tmp_path):
+    settings.LOCAL_WORK_DIR = tmp_path / "work"
+    return request.param
+
+
+def _launch(kind: str, live_server, command: list[str]):
+    org = OrganizationFactory(compute_enabled=True)
+    job = make_job(org, container={"image": "local", "command": command})
+    attempt: Attempt = allocate(job.pk)
+    assert attempt.provider.kind == kind
+    backend = backend_for(attempt.provider)
+    request = LaunchRequest(
+        job_id=job.public_id,
+        attempt=1,
+        accelerator="cpu",
+        gpu_count=1,
+        ephemeral_disk_gb=1,
+        image="local",
+    )
+    bootstrap = Bootstrap(
+        control_url=live_server.url,
+        job_id=job.public_id,
+        attempt=1,
+        token=token_for(attempt.token_nonce),
+    )
+    return backend, request, bootstrap
+
+
+def test_launch_is_idempotent_per_attempt(kind, live_server):
+    backend, request, bootstrap = _launch(kind, live_server, ["sleep", "30"])
+    handle = backend.launch(request, bootstrap)
+    try:
+        assert backend.launch(request, bootstrap) == handle
+        wait_until(
+            lambda: len(procfs.group_members(handle["pgid"])) == 2, 20, what="runner and workload"
+        )
+        assert backend.poll(handle).state == "running"
+    finally:
+        backend.release(handle)
+
+
+def test_terminate_returns_at_once_and_ends_the_group_within_the_grace(kind, live_server):
+    backend, request, bootstrap = _launch(
+        kind, live_server, ["bash", "-c", "trap '' TERM; sleep 30"]
+    )
+    handle = backend.launch(request, bootstrap)
+    wait_until(lambda: len(procfs.group_members(handle["pgid"])) >= 2, 20, what="workload")
+    began = time.monotonic()
+    backend.terminate(handle, grace_s=2)
+    assert time.monotonic() - began < 1
+    wait_until(lambda: not procfs.group_members(handle["pgid"]), 10, what="the group to end")
+    assert time.monotonic() - began < 2 + 3
+    assert backend.poll(handle).state in {"exited", "lost"}
+    backend.terminate(handle, grace_s=2)  # safe on a finished handle
+    backend.release(handle)
+    backend.release(handle)
+
+
+def test_poll_reports_the_exit_code(kind, live_server):
+    backend, request, bootstrap = _launch(kind, live_server, ["bash", "-c", "exit 7"])
+    handle = backend.launch(request, bootstrap)
+    result = wait_until(
+        lambda: (r := backend.poll(handle)).state != "running" and r,
+        30,
+        what="the runner to finish",
+    )
+    assert (result.state, result.exit_code) == ("exited", 7)
+
+
+def test_a_runner_killed_without_an_exit_record_is_lost(kind, live_server):
+    backend, request, bootstrap = _launch(kind, live_server, ["sleep", "30"])
+    handle = backend.launch(request, bootstrap)
+    wait_until(lambda: len(procfs.group_members(handle["pgid"])) == 2, 20, what="workload")
+    os.killpg(handle["pgid"], signal.SIGKILL)
+    wait_until(lambda: backend.poll(handle).state != "running", 10, what="the runner to die")
+    assert backend.poll(handle).state == "lost"
