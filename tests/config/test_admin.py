@@ -17,9 +17,19 @@ def operator_client(client):
 
 @pytest.mark.parametrize(
     "model",
-    ["accounts/organization", "accounts/membership", "accounts/apikey", "accounts/user",
-     "projects/project", "catalog/accelerator", "catalog/offer", "providers/provider",
-     "jobs/job", "jobs/artifact", "secrets/secret"],
+    [
+        "accounts/organization",
+        "accounts/membership",
+        "accounts/apikey",
+        "accounts/user",
+        "projects/project",
+        "catalog/accelerator",
+        "catalog/offer",
+        "providers/provider",
+        "jobs/job",
+        "jobs/artifact",
+        "secrets/secret",
+    ],
 )
 def test_each_changelist_renders(operator_client, org, member, project, model):
     make_job(org)
@@ -43,9 +53,16 @@ def test_an_org_can_be_given_compute(operator_client, org):
     org.save()
     response = operator_client.post(
         f"/admin/accounts/organization/{org.pk}/change/",
-        {"name": org.name, "slug": org.slug, "kind": "team", "compute_enabled": "on",
-         "created_at_0": "2026-01-01", "created_at_1": "00:00:00",
-         "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"},
+        {
+            "name": org.name,
+            "slug": org.slug,
+            "kind": "team",
+            "compute_enabled": "on",
+            "created_at_0": "2026-01-01",
+            "created_at_1": "00:00:00",
+            "memberships-TOTAL_FORMS": "0",
+            "memberships-INITIAL_FORMS": "0",
+        },
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     org.refresh_from_db()
