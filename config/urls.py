@@ -9,6 +9,8 @@ urlpatterns = [
     path("healthz", account_views.healthz, name="healthz"),
     path("", include("apps.accounts.urls")),
     path("", include("apps.projects.urls")),
+    path("", include("apps.jobs.urls")),
+    path("", include("apps.jobs.new_job_urls")),
     path("api/v1/", include("apps.accounts.api_urls")),
     path("api/v1/", include("apps.projects.api_urls")),
     path("api/v1/compute/", include("apps.catalog.api_urls")),

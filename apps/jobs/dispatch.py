@@ -90,7 +90,7 @@ def allocate(job_id: int) -> Attempt | None:
         services.job_transition(
             job_id=job.pk, to=JobState.ALLOCATING, message=f"Allocated {where} at ${price}/h."
         )
-        JobEvent.objects.create(
+        services.record_event(
             job=job,
             attempt=number,
             type="provider_allocated",
@@ -112,7 +112,7 @@ def _wait_for_capacity(job: Job, now) -> None:
         job=job, type="waiting_for_capacity", created_at__gte=job.queued_at
     ).exists()
     if not already_said:
-        JobEvent.objects.create(
+        services.record_event(
             job=job,
             attempt=job.attempt_count or None,
             type="waiting_for_capacity",

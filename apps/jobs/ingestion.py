@@ -12,17 +12,16 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 
 from django.db import connection, transaction
 from django.db.models import F, Max
-from runner.masking import Masker
 
 from apps.accounts.errors import InvalidRequest
 from apps.jobs import realtime
 from apps.jobs.metrics_parsing import parse_metric_line
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
 from apps.secrets.selectors import resolve_secret_env
+from runner.masking import Masker
 
 MAX_BATCH_LINES = 5000
 MAX_MESSAGE_CHARS = 16384
@@ -135,16 +134,14 @@ def ingest(*, attempt: Attempt, job: Job, lines: list[IncomingLine]) -> IngestRe
                 user_log_lines=F("user_log_lines") + user,
                 system_log_lines=F("system_log_lines") + (len(inserted) - user),
             )
-        last_metric_id = _store_metrics(job, attempt.number, inserted)
+        metric_ids = _store_metrics(job, attempt.number, inserted)
         if inserted:
-            transaction.on_commit(
-                partial(
-                    realtime.broadcast_output,
-                    job_public_id=job.public_id,
-                    last_log_id=max(row[0] for row in inserted),
-                    last_metric_id=last_metric_id,
-                ),
-                robust=True,
+            seq = realtime.bump_live_seq(job.pk)
+            realtime.push_on_commit(
+                job_pk=job.pk,
+                seq=seq,
+                log_ids=[row[0] for row in inserted],
+                metric_ids=metric_ids,
             )
     return IngestResult(accepted=len(inserted), duplicates=len(lines) - len(inserted))
 
@@ -186,7 +183,7 @@ def _insert(job_id: int, attempt: int, lines: list[IncomingLine], messages: list
     return inserted
 
 
-def _store_metrics(job: Job, attempt: int, inserted) -> int | None:
+def _store_metrics(job: Job, attempt: int, inserted) -> list[int]:
     points = []
     next_step = None
     for _, _, source, message in inserted:
@@ -215,6 +212,5 @@ def _store_metrics(job: Job, attempt: int, inserted) -> int | None:
             )
         )
     if not points:
-        return None
-    created = MetricPoint.objects.bulk_create(points)
-    return created[-1].pk
+        return []
+    return [point.pk for point in MetricPoint.objects.bulk_create(points)]

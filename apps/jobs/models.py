@@ -80,6 +80,9 @@ class Job(models.Model):
     # Deliveries of dispatch work since the job last moved on; too many means a task keeps
     # crashing on this job, which then fails (`dispatch_crash`) instead of looping.
     dispatch_deliveries = models.PositiveSmallIntegerField(default=0)
+    # Bumped in the same transaction as every write that is pushed live (events, state, logs,
+    # metrics); pushes carry it, so a page can tell a gap or a duplicate (docs/realtime.md).
+    live_seq = models.BigIntegerField(default=0)
     user_log_lines = models.BigIntegerField(default=0)
     system_log_lines = models.BigIntegerField(default=0)
 

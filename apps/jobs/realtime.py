@@ -1,17 +1,23 @@
-"""Live updates: channel-group names and the broadcasts sent after a write commits.
+"""Live updates: channel-group names, the job's live sequence, and the pushes sent after a
+write commits (docs/realtime.md).
 
-Browsers (and anything else on a websocket) join `job.<public_id>` or
-`project.<public_id>`; consumers turn these messages into rendered partials.
-Broadcasts run on commit and never fail the write that caused them: the channel layer may
-drop messages, so clients re-fetch what they missed by sequence id.
+Every write that a job page shows (a state change, an event, log lines, metric points) bumps
+`Job.live_seq` in its own transaction and, after commit, pushes one message to the job's
+group: the rendered partials (out-of-band swaps for htmx's ws extension) with that sequence
+number. Rendered once per write, not once per viewer. The channel layer may drop messages; a
+page that sees a gap in the sequence, or reconnects, fetches what it missed by id.
+A failed push never fails the write.
 """
 
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db import transaction
+from django.db.models import F
 
 logger = logging.getLogger(__name__)
 
@@ -24,38 +30,61 @@ def project_group(project_public_id: str) -> str:
     return f"project.{project_public_id}"
 
 
-def broadcast_job_changed(
-    *, job_public_id: str, project_public_id: str, state: str, event_id: int | None
+def bump_live_seq(job_pk: int) -> int:
+    """Take the job's next live sequence number. Call inside the write's transaction: the
+    row stays locked until commit, so numbers are taken in commit order."""
+    from apps.jobs.models import Job
+
+    Job.objects.filter(pk=job_pk).update(live_seq=F("live_seq") + 1)
+    return Job.objects.filter(pk=job_pk).values_list("live_seq", flat=True).get()
+
+
+def push_on_commit(
+    *,
+    job_pk: int,
+    seq: int,
+    event_ids: list[int] = (),
+    log_ids: list[int] = (),
+    metric_ids: list[int] = (),
+    state_changed: bool = False,
 ) -> None:
-    message = {
-        "type": "job.changed",
-        "job": job_public_id,
-        "state": state,
-        "event_id": event_id,
-    }
+    transaction.on_commit(
+        partial(
+            _push,
+            job_pk=job_pk,
+            seq=seq,
+            event_ids=list(event_ids),
+            log_ids=list(log_ids),
+            metric_ids=list(metric_ids),
+            state_changed=state_changed,
+        ),
+        robust=True,
+    )
+
+
+def _push(*, job_pk, seq, event_ids, log_ids, metric_ids, state_changed) -> None:
+    from apps.jobs import live
+
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        async_to_sync(layer.group_send)(job_group(job_public_id), message)
-        async_to_sync(layer.group_send)(project_group(project_public_id), message)
-    except Exception:  # the write has committed; a lost broadcast is recovered by clients
-        logger.warning("broadcast for %s failed", job_public_id, exc_info=True)
-
-
-def broadcast_output(*, job_public_id: str, last_log_id: int, last_metric_id: int | None) -> None:
-    """New log lines (and maybe metric points) up to these ids; clients fetch after the last
-    id they hold, so a dropped message only delays them."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    message = {
-        "type": "job.output",
-        "job": job_public_id,
-        "last_log_id": last_log_id,
-        "last_metric_id": last_metric_id,
-    }
-    try:
-        async_to_sync(layer.group_send)(job_group(job_public_id), message)
-    except Exception:
-        logger.warning("output broadcast for %s failed", job_public_id, exc_info=True)
+        job = live.job_for_push(job_pk)
+        html = live.render_push(
+            job,
+            seq=seq,
+            event_ids=event_ids,
+            log_ids=log_ids,
+            metric_ids=metric_ids,
+            state_changed=state_changed,
+        )
+        async_to_sync(layer.group_send)(
+            job_group(job.public_id), {"type": "job.push", "seq": seq, "html": html}
+        )
+        if state_changed:
+            async_to_sync(layer.group_send)(
+                project_group(job.project.public_id),
+                {"type": "project.push", "job": job.public_id, "html": live.render_row_push(job)},
+            )
+    except Exception:  # the write has committed; pages recover what a lost push carried
+        logger.warning("live push for job %s failed", job_pk, exc_info=True)

@@ -121,13 +121,13 @@ def job_create(
                 request_hash=digest,
             )
             _count(job, None, JobState.REQUESTED)
-            event = JobEvent.objects.create(
+            record_event(
                 job=job,
                 type="job_created",
                 message=f"Job {job.name!r} requested.",
                 data={"state": JobState.REQUESTED},
+                state_changed=True,
             )
-            _broadcast_on_commit(job, event)
             # Robust: if the broker is away, reconcile still finds the job in `requested`.
             transaction.on_commit(partial(_enqueue_dispatch, job.pk), robust=True)
     except IntegrityError:
@@ -182,14 +182,13 @@ def job_transition(
             fields.append("error_message")
         job.save(update_fields=fields)
         _count(job, current, to)
-        event = JobEvent.objects.create(
+        record_event(
             job=job,
-            attempt=job.attempt_count or None,
             type="state_changed",
             message=message or f"{current} → {to}" + (f" ({reason})" if reason else ""),
             data={"from": current, "to": to, "reason": reason, **(data or {})},
+            state_changed=True,
         )
-        _broadcast_on_commit(job, event)
     return job
 
 
@@ -202,9 +201,8 @@ def job_terminate(*, job: Job, reason: str = "cancelled") -> Job:
         if locked.is_terminal or locked.state == JobState.TERMINATING:
             return locked
         held_nothing = locked.state in states.NOTHING_TO_RELEASE
-        JobEvent.objects.create(
+        record_event(
             job=locked,
-            attempt=locked.attempt_count or None,
             type="terminate_requested",
             message="Termination requested.",
             data={"reason": reason},
@@ -240,11 +238,13 @@ def logs_append(*, job: Job, attempt: int, lines: Iterable[LogLineIn]) -> int:
         return 0
     user = sum(1 for row in rows if row.source == LogLine.Source.USER)
     with transaction.atomic():
-        LogLine.objects.bulk_create(rows, batch_size=1000)
+        created = LogLine.objects.bulk_create(rows, batch_size=1000)
         Job.objects.filter(pk=job.pk).update(
             user_log_lines=F("user_log_lines") + user,
             system_log_lines=F("system_log_lines") + (len(rows) - user),
         )
+        seq = realtime.bump_live_seq(job.pk)
+        realtime.push_on_commit(job_pk=job.pk, seq=seq, log_ids=[row.pk for row in created])
     return len(rows)
 
 
@@ -279,14 +279,26 @@ def system_log(*, job: Job, attempt: int, message: str) -> None:
     )
 
 
-def _broadcast_on_commit(job: Job, event: JobEvent) -> None:
-    transaction.on_commit(
-        partial(
-            realtime.broadcast_job_changed,
-            job_public_id=job.public_id,
-            project_public_id=job.project.public_id,
-            state=job.state,
-            event_id=event.id,
-        ),
-        robust=True,
+def record_event(
+    *,
+    job: Job,
+    type: str,
+    message: str = "",
+    data: dict | None = None,
+    attempt: int | None = None,
+    state_changed: bool = False,
+) -> JobEvent:
+    """Write a JobEvent and push it (with the job's state, when it changed) to live pages
+    after commit. Call inside the write's transaction."""
+    event = JobEvent.objects.create(
+        job=job,
+        attempt=attempt if attempt is not None else (job.attempt_count or None),
+        type=type,
+        message=message,
+        data=data or {},
     )
+    seq = realtime.bump_live_seq(job.pk)
+    realtime.push_on_commit(
+        job_pk=job.pk, seq=seq, event_ids=[event.id], state_changed=state_changed
+    )
+    return event

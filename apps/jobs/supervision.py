@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.jobs import services
-from apps.jobs.models import Attempt, Job, JobEvent, LogLine
+from apps.jobs.models import Attempt, Job, LogLine
 from apps.jobs.states import JobState
 from apps.providers.backends import backend_for
 
@@ -118,7 +118,7 @@ def runner_started(attempt_id: int) -> str:
             attempt.started_at = timezone.now()
             attempt.last_heartbeat_at = attempt.started_at
             attempt.save(update_fields=["started_at", "last_heartbeat_at"])
-            JobEvent.objects.create(
+            services.record_event(
                 job=job,
                 attempt=attempt.number,
                 type="workload_started",
@@ -146,7 +146,7 @@ def runner_exited(attempt_id: int, exit_code: int) -> None:
         if attempt.exit_code is None:
             attempt.exit_code = exit_code
             attempt.save(update_fields=["exit_code"])
-            JobEvent.objects.create(
+            services.record_event(
                 job=job,
                 attempt=attempt.number,
                 type="workload_exited",
@@ -275,7 +275,7 @@ def _lost(attempt_id: int, reason: str, message: str) -> None:
             return
         if attempt.ended_at is not None or job.is_terminal:
             return
-        JobEvent.objects.create(
+        services.record_event(
             job=job,
             attempt=attempt.number,
             type="workload_lost",
