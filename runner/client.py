@@ -1,0 +1,215 @@
+"""The HTTP client for `/api/v1/runner/jobs/{job_id}/...`: JSON in and out, a Bearer token.
+
+Every answer is classified (`classify`) into one of four outcomes, and `ControlClient`
+raises accordingly:
+
+- ok: 2xx with a JSON object body (returned as a dict);
+- fatal (`FatalError`): 401 (bad token) and 404 (the token is not this job's);
+- superseded (`SupersededError`): 409 `{"error": {"type": "attempt_superseded"}}`;
+- retry (`RetryableError`): everything else: 5xx, refused or reset connections, timeouts,
+  and also any other status (400, 403, 413, 3xx, a 409 of another type) and a 2xx whose
+  body is not a JSON object (a proxy's page). The page names only 401, 404 and 409 as
+  reasons to stop, and everything the runner sends is idempotent; an unexpected answer
+  may come from a proxy or a control plane being redeployed, and killing a long training
+  run for it would be worse than retrying. Retrying is bounded where it matters: after the
+  workload ends, by `final_flush_timeout_s`. Each retry is reported on the runner's stderr.
+
+`call_with_retry` retries retryable errors with exponential backoff (0.2 s doubling to 10 s,
+with jitter) until an optional deadline or stop condition.
+"""
+
+from __future__ import annotations
+
+import enum
+import http.client
+import json
+import random
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+REQUEST_TIMEOUT_S = 10.0
+USER_AGENT = "trainyard-runner/1"
+
+T = TypeVar("T")
+
+
+class Outcome(enum.Enum):
+    OK = "ok"
+    RETRY = "retry"
+    FATAL = "fatal"
+    SUPERSEDED = "superseded"
+
+
+class ClientError(Exception):
+    """Base of the errors a call can raise. `status` is the HTTP status, or None."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class RetryableError(ClientError):
+    """The control plane is away (5xx, refused, timed out); the call may be retried."""
+
+
+class FatalError(ClientError):
+    """401 or 404: the runner stops the workload and exits 1."""
+
+
+class SupersededError(ClientError):
+    """409 attempt_superseded: the runner stops the workload and exits 0."""
+
+
+class RetryStopped(ClientError):
+    """`call_with_retry` gave up because its stop condition became true."""
+
+
+def classify(status: int, body: Any) -> Outcome:
+    """The outcome of an answer with this status and (parsed JSON, or None) body."""
+    if 200 <= status < 300:
+        return Outcome.OK if isinstance(body, dict) else Outcome.RETRY
+    if status in (401, 404):
+        return Outcome.FATAL
+    if status == 409 and _error_type(body) == "attempt_superseded":
+        return Outcome.SUPERSEDED
+    return Outcome.RETRY
+
+
+def _error_type(body: Any) -> str | None:
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        value = body["error"].get("type")
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8")) if raw else None
+    except ValueError:
+        return None
+
+
+class ControlClient:
+    """Talks to one job's runner endpoints. Thread-safe: each call opens its own connection.
+
+    Each call returns the answer's JSON object, or raises RetryableError, FatalError or
+    SupersededError as `classify` decides.
+    """
+
+    def __init__(
+        self, control_url: str, job_id: str, token: str, *, timeout: float = REQUEST_TIMEOUT_S
+    ) -> None:
+        self.base = f"{control_url.rstrip('/')}/api/v1/runner/jobs/{job_id}/"
+        self._token = token
+        self.timeout = timeout
+        # Proxies from the environment are honoured (a workload host may need one); urllib
+        # itself follows no_proxy.
+        self._opener = urllib.request.build_opener()
+
+    def request(self, method: str, endpoint: str, body: Any = None) -> dict:
+        data = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
+        req = urllib.request.Request(self.base + endpoint, data=data, method=method)
+        req.add_header("Authorization", f"Bearer {self._token}")
+        req.add_header("Accept", "application/json")
+        req.add_header("User-Agent", USER_AGENT)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        where = f"{method} {endpoint}"
+        try:
+            with self._opener.open(req, timeout=self.timeout) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            status = exc.code
+            try:
+                raw = exc.read()
+            except (OSError, http.client.HTTPException):
+                raw = b""
+            finally:
+                exc.close()
+        except urllib.error.URLError as exc:
+            raise RetryableError(f"{where}: {exc.reason}") from exc
+        except (socket.timeout, TimeoutError) as exc:  # noqa: UP041 - distinct on 3.9
+            raise RetryableError(f"{where}: timed out") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            # ConnectionResetError, RemoteDisconnected, IncompleteRead, ...
+            raise RetryableError(f"{where}: {exc!r}") from exc
+        parsed = _parse_json(raw)
+        outcome = classify(status, parsed)
+        if outcome is Outcome.OK:
+            return parsed
+        detail = f"{where}: HTTP {status}"
+        if outcome is Outcome.RETRY:
+            error_type = _error_type(parsed)
+            raise RetryableError(detail + (f" {error_type}" if error_type else ""), status)
+        if outcome is Outcome.SUPERSEDED:
+            raise SupersededError(f"{detail} attempt_superseded", status)
+        raise FatalError(
+            detail + (f" {_error_type(parsed)}" if _error_type(parsed) else ""), status
+        )
+
+    def get_spec(self) -> dict:
+        return self.request("GET", "spec")
+
+    def post_started(self, pid: int) -> dict:
+        return self.request("POST", "started", {"pid": pid})
+
+    def post_logs(self, lines: list[dict]) -> dict:
+        return self.request("POST", "logs", {"lines": lines})
+
+    def post_heartbeat(self, last_seq: int) -> dict:
+        return self.request("POST", "heartbeat", {"last_seq": last_seq})
+
+    def post_exit(self, exit_code: int, last_seq: int) -> dict:
+        return self.request("POST", "exit", {"exit_code": exit_code, "last_seq": last_seq})
+
+
+def backoff_delays(initial: float = 0.2, maximum: float = 10.0):
+    """Yield the nominal delays: `initial`, doubling, capped at `maximum`."""
+    delay = initial
+    while True:
+        yield delay
+        delay = min(delay * 2, maximum)
+
+
+def call_with_retry(
+    fn: Callable[[], T],
+    *,
+    deadline: float | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    sleep: Callable[[float], object] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    on_retry: Callable[[int, RetryableError, float], object] | None = None,
+    initial_delay: float = 0.2,
+    max_delay: float = 10.0,
+) -> T:
+    """Call `fn` until it returns, retrying only RetryableError.
+
+    Between tries it sleeps the backoff delay with equal jitter (half fixed, half random),
+    never past `deadline` (a `clock()` value). FatalError and SupersededError propagate at
+    once. When the deadline has passed after a failed try, the last RetryableError is
+    raised; when `should_stop()` is true before a try, RetryStopped is raised. `fn` is
+    always tried at least once. `on_retry(attempt, error, delay)` is told of each failure
+    that will be retried.
+    """
+    for attempt, nominal in enumerate(backoff_delays(initial_delay, max_delay), start=1):
+        try:
+            return fn()
+        except RetryableError as exc:
+            delay = nominal / 2 + random.uniform(0, nominal / 2)
+            if deadline is not None:
+                remaining = deadline - clock()
+                if remaining <= 0:
+                    raise
+                delay = min(delay, remaining)
+            if should_stop is not None and should_stop():
+                raise RetryStopped(f"stopped while retrying: {exc}", exc.status) from exc
+            if on_retry is not None:
+                on_retry(attempt, exc, delay)
+            sleep(delay)
+        if should_stop is not None and should_stop():
+            raise RetryStopped("stopped while retrying")
+    raise AssertionError("unreachable")  # backoff_delays is infinite

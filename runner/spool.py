@@ -1,0 +1,215 @@
+"""The on-disk spool: every log line goes to disk before it is sent.
+
+`{dir}/spool.jsonl` holds one JSON object per line, exactly as sent, in seq order;
+`{dir}/spool.acked` holds the highest seq the control plane has acknowledged. A control
+plane that is away for minutes costs disk, not memory, and a runner restarted on the same
+directory resumes after the acknowledged seq.
+
+Durability is batched for throughput: each `append` hands its line to the OS (so a crash of
+the runner loses nothing), and the file is fsynced at most every `fsync_interval_s` and on
+`sync`/`close` (so a crash of the machine loses at most that long). `spool.acked` is
+replaced atomically; losing an ack only means resending lines, which the control plane
+stores once.
+
+`unacked` never rescans the file: the spool remembers the byte offset just past the acked
+line and caches the lines read beyond it, so each line is read from disk once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+SPOOL_FILE = "spool.jsonl"
+ACKED_FILE = "spool.acked"
+
+
+def _seq_of(raw: bytes) -> int | None:
+    """The seq of a spooled line, or None when it is not one. `append` writes `seq` first,
+    so the common case needs no JSON parsing."""
+    if raw.startswith(b'{"seq":'):
+        end = raw.find(b",", 7)
+        if end > 7:
+            try:
+                return int(raw[7:end])
+            except ValueError:
+                pass
+    try:
+        return int(json.loads(raw)["seq"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class Spool:
+    """Append-only line store with an acknowledgement mark. Thread-safe.
+
+    Lines must be appended in increasing `seq` order (the output collector appends under the
+    lock that assigns seqs); `ack(seq)` may only acknowledge a seq that was appended.
+    """
+
+    def __init__(self, directory: Path | str, *, fsync_interval_s: float = 0.5) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.path = self.directory / SPOOL_FILE
+        self.acked_path = self.directory / ACKED_FILE
+        self.fsync_interval_s = fsync_interval_s
+        self._lock = threading.Lock()
+        self._acked = self._read_acked()
+        self._last_seq = 0
+        # Offset just past the last acknowledged line, and the lines read beyond it that are
+        # not acknowledged yet, each with the offset just past it and its size in bytes.
+        self._ack_pos = 0
+        self._cache: deque[tuple[dict, int, int]] = deque()
+        self._read_pos = 0
+        self._recover()
+        # Unbuffered: each append is one write(2), and a failed one can be undone whole
+        # (a buffered writer would keep the failed bytes and write them later).
+        self._writer = open(self.path, "ab", buffering=0)  # noqa: SIM115 - held until close()
+        self._write_pos = self.path.stat().st_size
+        self._reader = open(self.path, "rb")  # noqa: SIM115 - held until close()
+        self._last_fsync = time.monotonic()
+        self._dirty = False
+        self._closed = False
+
+    def _read_acked(self) -> int:
+        try:
+            return max(int(self.acked_path.read_text().strip() or 0), 0)
+        except (OSError, ValueError):
+            return 0
+
+    def _recover(self) -> None:
+        """Find the acked line's offset and the last seq; drop a torn last line.
+
+        Runs once, at open: the only full scan of the file.
+        """
+        if not self.path.exists():
+            return
+        good_end = 0
+        with open(self.path, "rb") as fh:
+            for raw in fh:
+                if not raw.endswith(b"\n"):
+                    break
+                seq = _seq_of(raw)
+                if seq is None:
+                    break
+                good_end += len(raw)
+                self._last_seq = seq
+                if seq <= self._acked:
+                    self._ack_pos = good_end
+        if good_end != self.path.stat().st_size:
+            with open(self.path, "r+b") as fh:
+                fh.truncate(good_end)
+        self._acked = min(self._acked, self._last_seq)
+        self._read_pos = self._ack_pos
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq appended (including by an earlier runner on this directory)."""
+        return self._last_seq
+
+    @property
+    def acked_seq(self) -> int:
+        """The highest seq acknowledged."""
+        return self._acked
+
+    @property
+    def pending(self) -> int:
+        """How many lines are not acknowledged (seqs are contiguous, so a subtraction)."""
+        return self._last_seq - self._acked
+
+    def append(self, line: dict) -> None:
+        """Write one line (a dict with an int `seq` above `last_seq`) and hand it to the OS.
+
+        Raises OSError (disk full) with the file as it was before: no torn line is left.
+        """
+        # ASCII JSON: any string (even a lone surrogate) round-trips, and no line is torn
+        # into invalid UTF-8. Its size is also an upper bound of the line's size in a
+        # UTF-8 request body, which `unacked(max_bytes=...)` relies on.
+        data = (json.dumps(line, separators=(",", ":")) + "\n").encode("ascii")
+        with self._lock:
+            if self._closed:
+                raise ValueError("the spool is closed")
+            try:
+                written = self._writer.write(data)
+                while written < len(data):  # a regular file takes it all, but be sure
+                    written += self._writer.write(data[written:])
+            except OSError:
+                os.ftruncate(self._writer.fileno(), self._write_pos)
+                raise
+            self._write_pos += len(data)
+            self._last_seq = line["seq"]
+            self._dirty = True
+            now = time.monotonic()
+            if now - self._last_fsync >= self.fsync_interval_s:
+                os.fsync(self._writer.fileno())
+                self._last_fsync = now
+                self._dirty = False
+
+    def unacked(self, limit: int, max_bytes: int | None = None) -> list[dict]:
+        """The first lines after the acknowledged seq, in seq order: at most `limit`, and
+        (when given) at most `max_bytes` of spooled JSON, but always at least one line."""
+        with self._lock:
+            if self._closed:
+                return []
+            if len(self._cache) < limit and self._read_pos < self._write_pos:
+                self._reader.seek(self._read_pos)
+                while len(self._cache) < limit and self._read_pos < self._write_pos:
+                    raw = self._reader.readline()
+                    if not raw.endswith(b"\n"):
+                        break  # cannot happen under the lock; never hand out half a line
+                    self._read_pos += len(raw)
+                    self._cache.append((json.loads(raw), self._read_pos, len(raw)))
+            lines = []
+            total = 0
+            for line, _, size in self._cache:
+                total += size
+                if len(lines) >= limit or (lines and max_bytes is not None and total > max_bytes):
+                    break
+                lines.append(line)
+            return lines
+
+    def ack(self, seq: int) -> None:
+        """Record that every line up to `seq` is acknowledged, durably and atomically."""
+        with self._lock:
+            if seq <= self._acked or self._closed:
+                return
+            while self._cache and self._cache[0][0]["seq"] <= seq:
+                _, self._ack_pos, _ = self._cache.popleft()
+            if not self._cache and self._read_pos < self._write_pos:
+                # An ack beyond what was read (not done by the runner): skip forward.
+                self._reader.seek(self._read_pos)
+                while self._read_pos < self._write_pos:
+                    raw = self._reader.readline()
+                    line = json.loads(raw)
+                    if line["seq"] > seq:
+                        self._cache.append((line, self._read_pos + len(raw), len(raw)))
+                        self._read_pos += len(raw)
+                        break
+                    self._read_pos += len(raw)
+                    self._ack_pos = self._read_pos
+            self._acked = seq
+            tmp = self.acked_path.with_name(ACKED_FILE + ".tmp")
+            tmp.write_text(f"{seq}\n")
+            os.replace(tmp, self.acked_path)
+
+    def sync(self) -> None:
+        """fsync what was appended, if anything is pending."""
+        with self._lock:
+            if self._dirty and not self._closed:
+                os.fsync(self._writer.fileno())
+                self._last_fsync = time.monotonic()
+                self._dirty = False
+
+    def close(self) -> None:
+        """fsync and close the files. Idempotent."""
+        self.sync()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._writer.close()
+            self._reader.close()
