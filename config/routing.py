@@ -1,3 +1,10 @@
-"""Websocket routes. Each app's consumers join here as they arrive."""
+"""Websocket routes."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from apps.jobs import consumers
+
+websocket_urlpatterns = [
+    path("ws/jobs/<str:job_id>/", consumers.JobConsumer.as_asgi()),
+    path("ws/projects/<str:project_id>/", consumers.ProjectJobsConsumer.as_asgi()),
+]

@@ -3,13 +3,19 @@ belongs to another organization. `api_client_for` authenticates with a real API 
 
 from __future__ import annotations
 
+import os
+from urllib.parse import urlsplit, urlunsplit
+
 import pytest
+from django.conf import settings
+from django.db import connection
 from django.test import Client
 from rest_framework.test import APIClient
 
 from apps.accounts import services
 from apps.accounts.models import Role
 from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
+from tests.integration.stack import Stack
 
 
 @pytest.fixture
@@ -78,3 +84,27 @@ def api_client_for():
         return client
 
     return make
+
+
+# A real Trainyard (web, worker, beat as processes) on the test database, shared by the
+# integration and browser tests of a session. Tests that use it are transactional.
+def _test_database_url() -> str:
+    """DATABASE_URL (set by config.test_settings) pointed at the test database."""
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(parts._replace(path=f"/{connection.settings_dict['NAME']}"))
+
+
+@pytest.fixture(scope="session")
+def stack(django_db_setup, django_db_blocker, tmp_path_factory):
+    with django_db_blocker.unblock():
+        database_url = _test_database_url()
+    running = Stack(
+        database_url=database_url,
+        redis_url=settings.REDIS_URL,
+        workdir=tmp_path_factory.mktemp("stack"),
+    )
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()

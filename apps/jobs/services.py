@@ -13,7 +13,6 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from functools import partial
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F
@@ -23,6 +22,7 @@ from django.utils import timezone
 from apps.accounts.api_errors import first_validation_error
 from apps.accounts.errors import Conflict, InvalidRequest
 from apps.accounts.models import ApiKey, Organization, User
+from apps.core.transactions import after_commit
 from apps.jobs import realtime, states
 from apps.jobs.models import Job, JobCounter, JobEvent, LogLine
 from apps.jobs.specs import JobCreateIn, normalise
@@ -129,7 +129,7 @@ def job_create(
                 state_changed=True,
             )
             # Robust: if the broker is away, reconcile still finds the job in `requested`.
-            transaction.on_commit(partial(_enqueue_dispatch, job.pk), robust=True)
+            after_commit(_enqueue_dispatch, job.pk)
     except IntegrityError:
         if not idempotency_key:
             raise

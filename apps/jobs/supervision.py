@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.core.transactions import after_commit
 from apps.jobs import services
 from apps.jobs.models import Attempt, Job, LogLine
 from apps.jobs.states import JobState
@@ -82,7 +83,7 @@ def end_attempt(attempt: Attempt, *, reason: str, exit_code: int | None = None) 
     if attempt.handle:
         provider = attempt.provider
         handle = attempt.handle
-        transaction.on_commit(lambda: _release(provider, handle), robust=True)
+        after_commit(_release, provider, handle)
 
 
 def _release(provider, handle) -> None:
@@ -157,7 +158,7 @@ def runner_exited(attempt_id: int, exit_code: int) -> None:
             job = services.job_transition(job_id=job.pk, to=JobState.RUNNING)
         if job.state == JobState.RUNNING:
             services.job_transition(job_id=job.pk, to=JobState.FINALIZING)
-        transaction.on_commit(lambda: _enqueue_finalize(job.pk), robust=True)
+        after_commit(_enqueue_finalize, job.pk)
 
 
 def _enqueue_finalize(job_id: int) -> None:

@@ -1,1 +1,10 @@
-urlpatterns: list = []
+from django.urls import path
+
+from apps.jobs import views
+
+urlpatterns = [
+    path("o/<slug:org_slug>/jobs/<str:job_id>/", views.job_detail, name="job-detail"),
+    path("o/<slug:org_slug>/jobs/<str:job_id>/live/", views.job_live, name="job-live"),
+    path("o/<slug:org_slug>/jobs/<str:job_id>/logs/", views.job_logs_older, name="job-logs-older"),
+    path("o/<slug:org_slug>/jobs/<str:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+]

@@ -8,8 +8,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 
+from apps.accounts.errors import InvalidRequest
 from apps.accounts.models import Role
 from apps.accounts.tenancy import membership_for_slug, remember_org
+from apps.core.pagination import PageRequest, parse_page_request
+from apps.jobs.selectors import job_list
+from apps.jobs.states import JobState
 from apps.projects import services
 from apps.projects.forms import ProjectForm
 from apps.projects.models import Project
@@ -48,9 +52,42 @@ def project_create(request: HttpRequest, org_slug: str) -> HttpResponse:
     return TemplateResponse(request, "projects/project_form.html", context)
 
 
+JOBS_PER_PAGE = 25
+
+
 @login_required
 def project_detail(request: HttpRequest, org_slug: str, project_slug: str) -> HttpResponse:
+    """The project page and its Jobs tab: newest first, filtered by state, cursor-paged, and
+    live over the project's websocket (new jobs and state changes appear in place)."""
     membership = membership_for_slug(request.user, org_slug)
     project = get_object_or_404(Project.objects.for_org(membership.organization), slug=project_slug)
-    context = {"org": membership.organization, "membership": membership, "project": project}
+    state = request.GET.get("state")
+    if state not in JobState.values:
+        state = None
+    jobs, next_cursor, total = _jobs_page(request, membership, project, state)
+    context = {
+        "org": membership.organization,
+        "membership": membership,
+        "project": project,
+        "jobs": jobs,
+        "next_cursor": next_cursor,
+        "total": total,
+        "state": state,
+        "state_choices": JobState.choices,
+        "can_write": membership.can(Role.MEMBER),
+    }
     return TemplateResponse(request, "projects/project_detail.html", context)
+
+
+def _jobs_page(request: HttpRequest, membership, project: Project, state: str | None):
+    first = PageRequest(limit=JOBS_PER_PAGE, after=None, descending=True)
+    try:
+        after = parse_page_request(request.GET, key_length=2).after
+        return job_list(
+            membership.organization,
+            PageRequest(JOBS_PER_PAGE, after, True),
+            project_id=project.public_id,
+            state=state,
+        )
+    except InvalidRequest:  # a stale or hand-edited cursor: show the newest jobs instead
+        return job_list(membership.organization, first, project_id=project.public_id, state=state)

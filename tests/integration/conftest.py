@@ -4,45 +4,15 @@ the test database, and per test an organization with an API key talking to it ov
 from __future__ import annotations
 
 import uuid
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import requests
-from django.conf import settings
-from django.db import connection
 
 from apps.accounts import services as account_services
 from tests.factories import OrganizationFactory
-from tests.integration.stack import Stack, wait_for
+from tests.integration.stack import wait_for
 
 TERMINAL = {"succeeded", "failed", "terminated"}
-
-
-def _test_database_url() -> str:
-    parts = urlsplit(settings.DATABASES["default"].get("TEST_URL") or _configured_url())
-    return urlunsplit(parts._replace(path=f"/{connection.settings_dict['NAME']}"))
-
-
-def _configured_url() -> str:
-    import os
-
-    return os.environ["DATABASE_URL"]
-
-
-@pytest.fixture(scope="session")
-def stack(django_db_setup, django_db_blocker, tmp_path_factory):
-    with django_db_blocker.unblock():
-        database_url = _test_database_url()
-    running = Stack(
-        database_url=database_url,
-        redis_url=settings.REDIS_URL,
-        workdir=tmp_path_factory.mktemp("stack"),
-    )
-    try:
-        running.start()
-        yield running
-    finally:
-        running.stop()
 
 
 class ComputeApi:

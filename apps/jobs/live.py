@@ -1,0 +1,213 @@
+"""What a job page shows, as partials: rendered for the first page load, for each live push
+and for a catch-up after a gap, with the same templates (docs/realtime.md).
+
+The page renders a window — the newest rows — not everything, so a job with a million log
+lines opens as fast as an empty one; older lines load on demand by cursor.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from itertools import chain
+
+from django.db.models import Prefetch
+from django.template.loader import render_to_string
+
+from apps.jobs.models import Attempt, Job, JobEvent, LogLine, MetricPoint
+from apps.jobs.states import JobState
+
+WINDOW = 200
+PUSH_LOG_LINES = 200
+CHART_MAX_POINTS = 2000
+CANCELLABLE = frozenset(
+    {
+        JobState.REQUESTED,
+        JobState.ALLOCATING,
+        JobState.PROVISIONING,
+        JobState.RUNNING,
+        JobState.PREEMPTED,
+    }
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of the training-events table: a lifecycle event or a metric step."""
+
+    dom_id: str
+    kind: str
+    time: object
+    step: int | None
+    loss: float | None
+    label: str
+    detail: str
+
+
+def job_for_push(job_pk: int) -> Job:
+    return (
+        Job.objects.select_related("project", "organization")
+        .prefetch_related(
+            Prefetch(
+                "attempts", queryset=Attempt.objects.select_related("provider").order_by("number")
+            )
+        )
+        .get(pk=job_pk)
+    )
+
+
+def event_row(event: JobEvent) -> Row:
+    return Row(f"evt-{event.id}", "event", event.created_at, None, None, event.type, event.message)
+
+
+def metric_row(point: MetricPoint) -> Row:
+    details = []
+    if point.epoch is not None:
+        details.append(f"epoch {point.epoch:g}")
+    if point.learning_rate is not None:
+        details.append(f"lr {point.learning_rate:g}")
+    details += [f"{key} {value:g}" for key, value in sorted(point.extra.items())]
+    return Row(
+        f"met-{point.id}",
+        "metric",
+        point.created_at,
+        point.step,
+        point.loss,
+        "step",
+        ", ".join(details),
+    )
+
+
+def latest_metric(job: Job) -> MetricPoint | None:
+    return MetricPoint.objects.filter(job=job).order_by("-id").first()
+
+
+def chart_points(points) -> list[list[float | None]]:
+    """[metric id, step, loss] triples; the page drops ids it has already plotted."""
+    return [[p.id, p.step, p.loss] for p in points if p.loss is not None]
+
+
+def initial_chart(job: Job) -> list[list[float | None]]:
+    count = MetricPoint.objects.filter(job=job).count()
+    points = MetricPoint.objects.filter(job=job).order_by("id").only("id", "step", "loss")
+    if count > CHART_MAX_POINTS:
+        stride = count // CHART_MAX_POINTS + 1
+        points = [p for index, p in enumerate(points.iterator()) if index % stride == 0]
+    return chart_points(points)
+
+
+def window_rows(job: Job) -> list[Row]:
+    events = list(JobEvent.objects.filter(job=job).order_by("-id")[:WINDOW])
+    metrics = list(MetricPoint.objects.filter(job=job).order_by("-id")[:WINDOW])
+    rows = sorted(chain(map(event_row, events), map(metric_row, metrics)), key=lambda row: row.time)
+    return rows[-WINDOW:]
+
+
+def window_logs(job: Job) -> list[LogLine]:
+    return list(reversed(LogLine.objects.filter(job=job).order_by("-id")[:WINDOW]))
+
+
+def older_logs(job: Job, before_id: int) -> list[LogLine]:
+    return list(
+        reversed(LogLine.objects.filter(job=job, id__lt=before_id).order_by("-id")[:WINDOW])
+    )
+
+
+def state_context(job: Job) -> dict:
+    attempts = list(job.attempts.all())
+    return {
+        "job": job,
+        "attempts": attempts,
+        "current_attempt": attempts[-1] if attempts else None,
+        "cancellable": job.state in CANCELLABLE,
+    }
+
+
+def render_page_context(job: Job) -> dict:
+    """Everything the job page's first render needs, read in the order pushes are made:
+    the live sequence first, so anything newer arrives as a push (and duplicates are
+    dropped by id on the page)."""
+    seq = job.live_seq
+    return {
+        **state_context(job),
+        "seq": seq,
+        "latest": latest_metric(job),
+        "rows": window_rows(job),
+        "log_lines": window_logs(job),
+        "has_older_logs": job.user_log_lines + job.system_log_lines > WINDOW,
+        "chart_points": initial_chart(job),
+        "config_json": json.dumps(job.spec, indent=2, sort_keys=True),
+    }
+
+
+def _render(template: str, context: dict) -> str:
+    return render_to_string(f"jobs/partials/{template}", context)
+
+
+def _render_rows(rows: list[Row]) -> str:
+    return "".join(_render("row.html", {"row": row}) for row in rows)
+
+
+def render_push(job: Job, *, seq: int, event_ids, log_ids, metric_ids, state_changed) -> str:
+    parts = [_render("live_marker.html", {"seq": seq, "oob": True})]
+    if state_changed:
+        parts.append(_state_parts(job))
+    rows = [event_row(e) for e in JobEvent.objects.filter(id__in=event_ids).order_by("id")]
+    points = list(MetricPoint.objects.filter(id__in=metric_ids).order_by("id"))
+    rows += [metric_row(p) for p in points]
+    if rows:
+        parts.append(f'<div hx-swap-oob="beforeend:#events-body">{_render_rows(rows)}</div>')
+    if points:
+        parts.append(_metric_parts(job, points[-1], points))
+    if log_ids:
+        lines = LogLine.objects.filter(id__in=sorted(log_ids)[-PUSH_LOG_LINES:]).order_by("id")
+        parts.append(_log_part(lines, skipped=max(0, len(log_ids) - PUSH_LOG_LINES)))
+    return "".join(parts)
+
+
+def render_catch_up(job: Job, *, after_event: int, after_log: int, after_metric: int) -> str:
+    """Everything newer than the ids a page holds, as the same out-of-band partials."""
+    parts = [_render("live_marker.html", {"seq": job.live_seq, "oob": True}), _state_parts(job)]
+    events = list(JobEvent.objects.filter(job=job, id__gt=after_event).order_by("id")[:1000])
+    points = list(MetricPoint.objects.filter(job=job, id__gt=after_metric).order_by("id")[:5000])
+    rows = sorted(
+        chain(map(event_row, events), map(metric_row, points[-WINDOW:])), key=lambda row: row.time
+    )
+    if rows:
+        parts.append(f'<div hx-swap-oob="beforeend:#events-body">{_render_rows(rows)}</div>')
+    if points:
+        parts.append(_metric_parts(job, points[-1], points))
+    new_logs = LogLine.objects.filter(job=job, id__gt=after_log)
+    lines = list(reversed(new_logs.order_by("-id")[:PUSH_LOG_LINES]))
+    if lines:
+        skipped = new_logs.filter(id__lt=lines[0].id).count() if len(lines) == PUSH_LOG_LINES else 0
+        parts.append(_log_part(lines, skipped=skipped))
+    return "".join(parts)
+
+
+def _state_parts(job: Job) -> str:
+    context = {**state_context(job), "oob": True}
+    return "".join(
+        _render(name, context)
+        for name in ("status.html", "cost.html", "error_banner.html", "attempts.html")
+    )
+
+
+def _metric_parts(job: Job, latest: MetricPoint, points) -> str:
+    card = _render("metrics_card.html", {"latest": latest, "oob": True})
+    feed = _render("chart_feed.html", {"points_json": json.dumps(chart_points(points))})
+    return card + f'<div hx-swap-oob="beforeend:#chart-feed">{feed}</div>'
+
+
+def _log_part(lines, *, skipped: int) -> str:
+    body = "".join(_render("log_line.html", {"line": line}) for line in lines)
+    if skipped:
+        body = _render("log_gap.html", {"skipped": skipped, "before": lines[0].id}) + body
+    return f'<div hx-swap-oob="beforeend:#log-lines">{body}</div>'
+
+
+def render_row_push(job: Job) -> str:
+    """The job's row for a project's Jobs tab, inserted at the top or replacing the row
+    the page already has (the page's script swaps rows by id)."""
+    row = render_to_string("jobs/partials/job_row.html", {"job": job, "org": job.organization})
+    return f'<tbody hx-swap-oob="afterbegin:#job-list-body">{row}</tbody>'

@@ -1,0 +1,240 @@
+"""Dispatch latency: submit → `running` through the real stack, against a bare Celery round trip.
+
+- Dispatch: the web server (uvicorn), a Celery worker and Celery beat run as processes
+  (`tests.integration.stack.Stack`) on this script's database. `BENCH_DISPATCH_JOBS` jobs
+  (default 10) of `sleep 2` are submitted one after another through the compute API; each is
+  timed from the POST's response to the first GET that shows `running`, polling every 20 ms.
+  Each job finishes before the next is sent (the local offer has two slots). One job before
+  them warms the worker and is not counted.
+- Baseline: `app.control.ping()` to that worker, median of 20: a message through the same
+  Redis broker to the worker and its reply back.
+
+Also printed: the median of each phase, from the job's own timestamps (created → allocating →
+provisioning → runner launched → running) and when the poll saw it.
+
+The stack runs with the production timings (reconcile every 5 s and so on), not the shortened
+ones the integration tests use. Uses its own database (`trainyard_bench_dispatch`, recreated
+each run) and Redis database (`BENCH_DISPATCH_REDIS_URL`, default db 13, flushed). Every
+process, and every runner the worker started, is stopped at the end, also on failure.
+
+    .venv/bin/python bench/bench_dispatch.py
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import suppress
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+BENCH_DB = "trainyard_bench_dispatch"
+DATABASE_URL = f"{ADMIN_URL.rsplit('/', 1)[0]}/{BENCH_DB}"
+REDIS_URL = os.environ.get("BENCH_DISPATCH_REDIS_URL", "redis://127.0.0.1:6379/13")
+JOBS = int(os.environ.get("BENCH_DISPATCH_JOBS", 10))
+PINGS = 20
+POLL_S = 0.02
+TERMINAL = {"succeeded", "failed", "terminated"}
+# The integration tests shorten these; the bench measures what production runs.
+TEST_TIMINGS = (
+    "RECONCILE_INTERVAL_S",
+    "HEARTBEAT_INTERVAL_S",
+    "HEARTBEAT_TIMEOUT_S",
+    "TERMINATE_GRACE_S",
+    "LAUNCH_STALL_S",
+    "LOG_BATCH_MAX_INTERVAL_S",
+    "TRAINYARD_CLOCK_SCALE",
+)
+
+
+def recreate_database() -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+
+
+def setup_django() -> None:
+    os.environ["DATABASE_URL"] = DATABASE_URL
+    os.environ["REDIS_URL"] = REDIS_URL  # the Celery app here pings through the stack's broker
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.test_settings"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def production_stack(workdir: Path):
+    from tests.integration.stack import Stack
+
+    class ProductionTimingStack(Stack):
+        def env(self, **extra: str) -> dict[str, str]:
+            env = super().env(**extra)
+            for name in TEST_TIMINGS:
+                if name not in extra:
+                    env.pop(name, None)
+            return env
+
+    return ProductionTimingStack(database_url=DATABASE_URL, redis_url=REDIS_URL, workdir=workdir)
+
+
+class Api:
+    def __init__(self, base: str, key: str) -> None:
+        import requests
+
+        self.base = f"{base}/api/v1/compute/jobs"
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+
+    def submit(self) -> str:
+        body = {
+            "name": "bench-dispatch",
+            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": {"image": "local", "command": ["sleep", "2"]},
+        }
+        response = self.session.post(
+            self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=10
+        )
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    def state(self, job_id: str) -> str:
+        response = self.session.get(f"{self.base}/{job_id}", timeout=10)
+        assert response.status_code == 200, response.text
+        return response.json()["state"]
+
+    def terminate(self, job_id: str) -> None:
+        self.session.post(f"{self.base}/{job_id}/terminate", timeout=10)
+
+
+def run_one(api: Api) -> tuple[str, float, datetime]:
+    """Submit a job; (its id, seconds from the POST's answer to a GET showing `running`, the
+    wall-clock time the POST answered). Returns once the job has ended."""
+    from django.utils import timezone
+
+    job_id = api.submit()
+    answered, start = timezone.now(), time.perf_counter()
+    while (state := api.state(job_id)) != "running":
+        assert state not in TERMINAL, f"{job_id} ended {state} before it was seen running"
+        assert time.perf_counter() - start < 60, f"{job_id} still {state} after 60 s"
+        time.sleep(POLL_S)
+    took = time.perf_counter() - start
+    deadline = time.monotonic() + 60
+    while (state := api.state(job_id)) not in TERMINAL:
+        assert time.monotonic() < deadline, f"{job_id} still {state} 60 s after it ran"
+        time.sleep(0.1)
+    assert state == "succeeded", f"{job_id} ended {state}"
+    return job_id, took, answered
+
+
+def phases(job_id: str, answered: datetime, seen_s: float) -> dict[str, float]:
+    """Seconds each step took, from the job's own timestamps."""
+    from apps.jobs.models import Attempt, Job, JobEvent
+
+    job = Job.objects.get(public_id=job_id)
+    entered = dict(
+        JobEvent.objects.filter(job=job, type="state_changed")
+        .order_by("id")
+        .values_list("data__to", "created_at")
+    )
+    attempt = Attempt.objects.get(job=job, number=1)
+    marks = [
+        ("API answers", job.created_at, answered),
+        ("queued → allocating", answered, entered["allocating"]),
+        ("→ provisioning", entered["allocating"], entered["provisioning"]),
+        ("→ runner launched", entered["provisioning"], attempt.launched_at),
+        ("→ running", attempt.launched_at, entered["running"]),
+    ]
+    steps = {name: (end - begin).total_seconds() for name, begin, end in marks}
+    # Only the API step falls before the POST answered; the rest add up to what was seen.
+    steps["→ seen by the poll"] = seen_s - sum(list(steps.values())[1:])
+    return steps
+
+
+def ping_median_ms(worker: str) -> float:
+    from config.celery import app
+
+    samples = []
+    for _ in range(PINGS + 1):
+        start = time.perf_counter()
+        replies = app.control.ping(destination=[worker], timeout=5)
+        samples.append((time.perf_counter() - start) * 1000)
+        assert replies and worker in replies[0], replies
+    return statistics.median(samples[1:])  # the first opens the connection
+
+
+def stop_runners() -> None:
+    """Stop every runner the worker started (their own process groups outlive the worker)."""
+    from apps.jobs.models import Attempt
+    from apps.providers.backends import procfs
+
+    for handle in Attempt.objects.exclude(handle={}).values_list("handle", flat=True):
+        if procfs.alive(handle["pid"], handle.get("start_ticks")):
+            with suppress(ProcessLookupError):
+                os.killpg(handle["pgid"], signal.SIGKILL)
+
+
+def main() -> int:
+    recreate_database()
+    setup_django()
+    from apps.accounts import services
+    from apps.jobs.models import Job
+
+    org = services.organization_create(
+        name="bench-dispatch", slug="bench-dispatch", compute_enabled=True
+    )
+    _, key = services.api_key_create(organization=org, name="bench")
+
+    with tempfile.TemporaryDirectory(prefix="bench-dispatch-") as workdir:
+        stack = production_stack(Path(workdir))
+        api = None
+        try:
+            stack.start()
+            api = Api(stack.url, key)
+            worker = f"it-{stack.port}@{socket.gethostname()}"
+            run_one(api)  # warm-up: the worker's first task, the web's first job
+            runs = [run_one(api) for _ in range(JOBS)]
+            ping_ms = ping_median_ms(worker)
+        except Exception:
+            print(stack.logs(), file=sys.stderr)
+            raise
+        finally:
+            if api is not None:
+                for job_id in Job.objects.exclude(state__in=TERMINAL).values_list(
+                    "public_id", flat=True
+                ):
+                    with suppress(Exception):
+                        api.terminate(job_id)
+            stack.stop()
+            stop_runners()
+
+    dispatch_ms = statistics.median(took for _, took, _ in runs) * 1000
+    steps = [phases(job_id, answered, took) for job_id, took, answered in runs]
+    names = list(steps[0])
+    parts = ", ".join(
+        f"{name} {statistics.median(step[name] for step in steps) * 1000:.0f}" for name in names
+    )
+    spread = sorted(took * 1000 for _, took, _ in runs)
+    print(
+        f"dispatch ({JOBS} jobs): submit → running median {dispatch_ms:.0f} ms "
+        f"(min {spread[0]:.0f}, max {spread[-1]:.0f}); Celery ping round trip median "
+        f"{ping_ms:.1f} ms; ratio {dispatch_ms / ping_ms:.0f}"
+    )
+    print(f"phases, median ms: {parts}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

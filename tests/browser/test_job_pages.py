@@ -1,0 +1,120 @@
+"""Acceptance of the live dashboard in real Chromium, against a live server with a real
+Celery worker and beat (the stack) and real runner processes."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from apps.jobs import services
+from apps.jobs.models import Job
+
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+FIVE_LOSSES = """for i in 1 2 3 4 5; do
+  echo "{\\"step\\": $i, \\"loss\\": 0.$((10 - i))}"
+  sleep 0.4
+done
+"""
+
+
+def test_a_submitted_job_is_watched_live_to_success(signed_in, team, screenshot):
+    page = signed_in(team["member"])
+    page.goto("/o/studio/projects/speech/")
+    page.get_by_role("link", name="New job").click()
+    screenshot(page, "new-job")
+    form = page.locator("#container-form")
+    form.get_by_label("Job name").fill("five-losses")
+    form.get_by_label("Image").fill("python:3.11-slim")
+    form.get_by_label("Script", exact=True).fill(FIVE_LOSSES)
+    form.get_by_role("button", name="Submit container job").click()
+
+    page.wait_for_url(re.compile(r"/o/studio/jobs/job_\w+/$"))
+    page.evaluate("window.__notReloaded = true")
+    expect(page.locator("#live-indicator.on")).to_be_visible(timeout=10_000)
+    expect(page.locator('#job-status[data-state="running"]')).to_be_visible(timeout=30_000)
+    expect(page.locator('#job-status[data-state="succeeded"]')).to_be_visible(timeout=60_000)
+    expect(page.locator("#loss-chart")).to_have_attribute("data-points", "5")
+    expect(page.locator('#job-metrics [data-metric="step"]')).to_have_text("5")
+    expect(page.locator("#events-body .metric-row")).to_have_count(5)
+    expect(page.locator("#events-body .event-row", has_text="workload_exited")).to_have_count(1)
+    expect(page.locator("#log-lines .log-line.src-user")).to_have_count(5)
+    assert page.evaluate("window.__notReloaded") is True
+    screenshot(page, "job-succeeded")
+
+    page.goto("/o/studio/projects/speech/")
+    expect(page.locator("#job-list-body tr", has_text="five-losses")).to_contain_text("Succeeded")
+    screenshot(page, "job-list")
+
+
+def test_cancelling_a_running_job_shows_terminated_live(signed_in, team):
+    job = services.job_create(
+        organization=team["org"],
+        payload={
+            "name": "sleepy",
+            "project": team["project"].public_id,
+            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": {"image": "local", "command": ["sleep", "600"]},
+        },
+    ).job
+    page = signed_in(team["member"])
+    page.goto(f"/o/studio/jobs/{job.public_id}/")
+    expect(page.locator('#job-status[data-state="running"]')).to_be_visible(timeout=30_000)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Terminate").click()
+    expect(page.locator('#job-status[data-state="terminated"]')).to_be_visible(timeout=30_000)
+    expect(page.locator("#job-status")).to_contain_text("cancelled")
+    expect(page.get_by_role("button", name="Terminate")).to_be_hidden()
+    assert Job.objects.get(pk=job.pk).state == "terminated"
+
+
+def test_another_orgs_member_gets_404_and_a_refused_socket(signed_in, team, stack):
+    job = services.job_create(
+        organization=team["org"],
+        payload={
+            "name": "private",
+            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": {"image": "local", "command": ["true"]},
+        },
+    ).job
+    page = signed_in(team["outsider"])
+    response = page.goto(f"/o/studio/jobs/{job.public_id}/")
+    assert response.status == 404
+    response = page.goto(f"/o/rivals/jobs/{job.public_id}/")
+    assert response.status == 404
+    code = page.evaluate(
+        """(path) => new Promise((resolve) => {
+             const socket = new WebSocket(`ws://${location.host}${path}`);
+             socket.onmessage = () => resolve("got data");
+             socket.onclose = (event) => resolve(event.code);
+           })""",
+        f"/ws/jobs/{job.public_id}/",
+    )
+    assert code == 4403
+
+
+def test_form_errors_show_next_to_their_fields(signed_in, team):
+    page = signed_in(team["member"])
+    page.goto("/o/studio/projects/speech/jobs/new/")
+    form = page.locator("#container-form")
+    form.get_by_label("Job name").fill("bad")
+    form.get_by_label("Image").fill("img")
+    form.get_by_label("Script (base64)").fill("%%% not base64")
+    form.get_by_role("button", name="Submit container job").click()
+    # Each error stands right by its own field.
+    expect(page.locator("#container-script_b64_error")).to_contain_text("Not valid base64.")
+    assert "/jobs/new/" in page.url
+
+    form = page.locator("#container-form")
+    form.get_by_label("Script (base64)").fill("")
+    form.get_by_label("Command").fill("echo hi")
+    form.get_by_label("Accelerator").select_option("nvidia-l40s-48gb")
+    form.get_by_label("GPU count").select_option("3")
+    form.get_by_role("button", name="Submit container job").click()
+    expect(page.locator("#container-gpu_count_error")).to_contain_text(
+        "comes in gpu counts 1, 2, 4, 8"
+    )
+    expect(page.locator("#container-script_b64_error")).to_have_count(0)
+    assert not Job.objects.filter(organization=team["org"]).exists()
