@@ -1,6 +1,7 @@
-"""Run every benchmark in this folder (files named bench_*.py) and print their ratios."""
+"""Run every benchmark in this folder (files named bench_*.py), each in its own process (they
+set up Django on databases of their own), and print what they print."""
 
-import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -9,12 +10,11 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> int:
     scripts = sorted(HERE.glob("bench_*.py"))
-    if not scripts:
-        print("no benchmarks yet")
+    failed = 0
     for script in scripts:
-        print(f"== {script.name}")
-        runpy.run_path(str(script), run_name="__main__")
-    return 0
+        print(f"== {script.name}", flush=True)
+        failed += subprocess.run([sys.executable, str(script)], check=False).returncode != 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

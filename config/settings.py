@@ -89,6 +89,10 @@ TEMPLATES = [
 ]
 
 
+DATABASE_POOL = env_bool("DATABASE_POOL", True)
+DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 8)
+
+
 def _database_config(url: str) -> dict:
     if not url:
         VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -102,6 +106,11 @@ def _database_config(url: str) -> dict:
             "transaction_mode": "IMMEDIATE",
             "timeout": 20,
         }
+    elif config["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL:
+        # A connection pool per process: ASGI and Celery open a connection per request or
+        # task otherwise. CONN_MAX_AGE must stay 0 with a pool.
+        config["OPTIONS"] = {"pool": {"min_size": 1, "max_size": DATABASE_POOL_SIZE}}
+        config["CONN_MAX_AGE"] = 0
     return config
 
 

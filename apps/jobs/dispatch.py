@@ -19,6 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.core.money import micros_to_usd
+from apps.core.template_filters import usd
 from apps.jobs import services
 from apps.jobs.models import Attempt, Job, JobEvent
 from apps.jobs.states import JobState
@@ -85,7 +86,7 @@ def allocate(job_id: int) -> Attempt | None:
             allocated_at=now,
         )
         Job.objects.filter(pk=job.pk).update(attempt_count=number, allocated_at=now)
-        price = micros_to_usd(attempt.price_micros_hr)
+        price = usd(attempt.price_micros_hr)
         where = f"{offer.provider.name}: {attempt.accelerator} x{attempt.gpu_count}"
         services.job_transition(
             job_id=job.pk, to=JobState.ALLOCATING, message=f"Allocated {where} at ${price}/h."
@@ -95,7 +96,11 @@ def allocate(job_id: int) -> Attempt | None:
             attempt=number,
             type="provider_allocated",
             message=f"Allocated {where} at ${price}/h.",
-            data={"provider": offer.provider.name, "offer": offer.pk, "price_usd_hr": price},
+            data={
+                "provider": offer.provider.name,
+                "offer": offer.pk,
+                "price_usd_hr": micros_to_usd(attempt.price_micros_hr),
+            },
         )
         services.system_log(job=job, attempt=number, message=f"allocated {where} at ${price}/h")
     if settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S:

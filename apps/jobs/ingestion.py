@@ -13,8 +13,9 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
+import psycopg
 from django.db import connection, transaction
-from django.db.models import F, Max
+from django.db.models import Max
 
 from apps.accounts.errors import InvalidRequest
 from apps.jobs import realtime
@@ -128,20 +129,12 @@ def ingest(*, attempt: Attempt, job: Job, lines: list[IncomingLine]) -> IngestRe
     messages = [masker.mask(line.message) for line in lines]
     with transaction.atomic():
         inserted = _insert(job.pk, attempt.number, lines, messages)
-        user = sum(1 for row in inserted if row[2] == LogLine.Source.USER)
         if inserted:
-            Job.objects.filter(pk=job.pk).update(
-                user_log_lines=F("user_log_lines") + user,
-                system_log_lines=F("system_log_lines") + (len(inserted) - user),
-            )
-        metric_ids = _store_metrics(job, attempt.number, inserted)
-        if inserted:
-            seq = realtime.bump_live_seq(job.pk)
+            user = sum(1 for row in inserted if row[2] == LogLine.Source.USER)
+            metric_ids = _store_metrics(job, attempt.number, inserted)
+            seq = realtime.bump_live_seq(job.pk, user_lines=user, system_lines=len(inserted) - user)
             realtime.push_on_commit(
-                job_pk=job.pk,
-                seq=seq,
-                log_ids=[row[0] for row in inserted],
-                metric_ids=metric_ids,
+                job=job, seq=seq, log_ids=[row[0] for row in inserted], metric_ids=metric_ids
             )
     return IngestResult(accepted=len(inserted), duplicates=len(lines) - len(inserted))
 
@@ -150,11 +143,14 @@ def _insert(job_id: int, attempt: int, lines: list[IncomingLine], messages: list
     """Insert what is new; returns (id, seq, source, message) of the inserted rows."""
     table = LogLine._meta.db_table
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+        connection.ensure_connection()
+        # A server-side-binding cursor sends the five arrays in binary (%b), rather than
+        # spelling a thousand values out in the SQL text.
+        with psycopg.Cursor(connection.connection) as cursor:
             cursor.execute(
                 f"INSERT INTO {table} (job_id, attempt, seq, source, stream, timestamp, message) "
-                "SELECT %s, %s, s.seq, s.source, s.stream, s.ts, s.message FROM unnest("
-                "%s::integer[], %s::text[], %s::text[], %s::timestamptz[], %s::text[]) "
+                "SELECT %b, %b, s.seq, s.source, s.stream, s.ts, s.message FROM unnest("
+                "%b::integer[], %b::text[], %b::text[], %b::timestamptz[], %b::text[]) "
                 "AS s(seq, source, stream, ts, message) "
                 "ON CONFLICT (job_id, attempt, seq) WHERE seq IS NOT NULL DO NOTHING "
                 "RETURNING id, seq, source, message",

@@ -57,23 +57,26 @@ def watched(group: str) -> bool:
         return True
 
 
-def bump_live_seq(job_pk: int) -> int:
-    """Take the job's next live sequence number. Call inside the write's transaction: the
-    row stays locked until commit, so numbers are taken in commit order."""
+def bump_live_seq(job_pk: int, *, user_lines: int = 0, system_lines: int = 0) -> int:
+    """Take the job's next live sequence number (and add to its log-line counts, in the same
+    statement). Call inside the write's transaction: the row stays locked until commit, so
+    numbers are taken in commit order."""
     from apps.jobs.models import Job
 
     table = Job._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {table} SET live_seq = live_seq + 1 WHERE id = %s RETURNING live_seq",
-            [job_pk],
+            f"UPDATE {table} SET live_seq = live_seq + 1, "
+            "user_log_lines = user_log_lines + %s, system_log_lines = system_log_lines + %s "
+            "WHERE id = %s RETURNING live_seq",
+            [user_lines, system_lines, job_pk],
         )
         return cursor.fetchone()[0]
 
 
 def push_on_commit(
     *,
-    job_pk: int,
+    job,
     seq: int,
     event_ids: list[int] = (),
     log_ids: list[int] = (),
@@ -82,7 +85,8 @@ def push_on_commit(
 ) -> None:
     after_commit(
         _push,
-        job_pk=job_pk,
+        job_pk=job.pk,
+        groups=(job_group(job.public_id), project_group(job.project.public_id)),
         seq=seq,
         event_ids=list(event_ids),
         log_ids=list(log_ids),
@@ -91,16 +95,18 @@ def push_on_commit(
     )
 
 
-def _push(*, job_pk, seq, event_ids, log_ids, metric_ids, state_changed) -> None:
+def _push(*, job_pk, groups, seq, event_ids, log_ids, metric_ids, state_changed) -> None:
     from apps.jobs import live
 
     layer = get_channel_layer()
-    if layer is None:
-        return
+    group, projects = groups
+    to_job = watched(group)
+    to_project = state_changed and watched(projects)
+    if layer is None or not (to_job or to_project):
+        return  # nobody is looking: render nothing
     try:
         job = live.job_for_push(job_pk)
-        group = job_group(job.public_id)
-        if watched(group):
+        if to_job:
             html = live.render_push(
                 job,
                 seq=seq,
@@ -110,11 +116,10 @@ def _push(*, job_pk, seq, event_ids, log_ids, metric_ids, state_changed) -> None
                 state_changed=state_changed,
             )
             async_to_sync(layer.group_send)(group, {"type": "job.push", "seq": seq, "html": html})
-        projects = project_group(job.project.public_id)
-        if state_changed and watched(projects):
+        if to_project:
+            row = live.render_row_push(job)
             async_to_sync(layer.group_send)(
-                projects,
-                {"type": "project.push", "job": job.public_id, "html": live.render_row_push(job)},
+                projects, {"type": "project.push", "job": job.public_id, "html": row}
             )
     except Exception:  # the write has committed; pages recover what a lost push carried
         logger.warning("live push for job %s failed", job_pk, exc_info=True)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
 from django.http import Http404
 from django.utils import timezone
 
@@ -239,12 +238,8 @@ def logs_append(*, job: Job, attempt: int, lines: Iterable[LogLineIn]) -> int:
     user = sum(1 for row in rows if row.source == LogLine.Source.USER)
     with transaction.atomic():
         created = LogLine.objects.bulk_create(rows, batch_size=1000)
-        Job.objects.filter(pk=job.pk).update(
-            user_log_lines=F("user_log_lines") + user,
-            system_log_lines=F("system_log_lines") + (len(rows) - user),
-        )
-        seq = realtime.bump_live_seq(job.pk)
-        realtime.push_on_commit(job_pk=job.pk, seq=seq, log_ids=[row.pk for row in created])
+        seq = realtime.bump_live_seq(job.pk, user_lines=user, system_lines=len(rows) - user)
+        realtime.push_on_commit(job=job, seq=seq, log_ids=[row.pk for row in created])
     return len(rows)
 
 
@@ -298,7 +293,5 @@ def record_event(
         data=data or {},
     )
     seq = realtime.bump_live_seq(job.pk)
-    realtime.push_on_commit(
-        job_pk=job.pk, seq=seq, event_ids=[event.id], state_changed=state_changed
-    )
+    realtime.push_on_commit(job=job, seq=seq, event_ids=[event.id], state_changed=state_changed)
     return event

@@ -4,9 +4,9 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing.websocket import WebsocketCommunicator
 from django.conf import settings
-from django.db import connections
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
+from django.db import connections
 
 from apps.jobs import services
 from apps.jobs.states import JobState
