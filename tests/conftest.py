@@ -18,6 +18,14 @@ from tests.factories import MembershipFactory, OrganizationFactory, ProjectFacto
 from tests.integration.stack import Stack
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items):
+    """Browser tests run last. While Playwright's sync API runs its event loop in the test
+    thread, Django hands out connections of another context, so the flush after those tests
+    is not the serialized-rollback flush the tests after them would expect."""
+    items.sort(key=lambda item: item.nodeid.startswith("tests/browser/"))
+
+
 @pytest.fixture
 def org(db):
     return OrganizationFactory(slug="acme", name="Acme")

@@ -23,8 +23,10 @@ SCREENSHOTS = ROOT / "var" / "screenshots"
 PASSWORD = "correct-horse-battery"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    """Module-scoped: Playwright's event loop must not outlive the browser tests, or the
+    rest of the session's tests would see Django connections of another context."""
     if not Path(CHROMIUM).exists():
         pytest.fail("Chromium is not installed: `apt-get install chromium` (.ci/run does it).")
     with sync_playwright() as playwright:
