@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 
 from apps.accounts import services
 from apps.accounts.models import Role
+from apps.jobs.states import TERMINAL_STATES
 from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
 from tests.integration.stack import Stack
 
@@ -116,3 +117,24 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory):
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def live_stack(stack):
+    """The stack for one test: its worker takes tasks during the test; afterwards every job
+    the test left running is terminated and waited for, and the worker goes idle, so nothing
+    holds database locks while the test database is flushed."""
+    from apps.jobs import services
+    from apps.jobs.models import Job
+    from tests.live import wait_until
+
+    stack.resume_workers()
+    yield stack
+    for job in Job.objects.exclude(state__in=TERMINAL_STATES):
+        services.job_terminate(job=job)
+    wait_until(
+        lambda: not Job.objects.exclude(state__in=TERMINAL_STATES).exists(),
+        timeout=60,
+        what="the test's jobs to end",
+    )
+    stack.pause_workers()

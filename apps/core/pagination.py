@@ -10,7 +10,10 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
+
+from django.db.models import Q
 
 from apps.accounts.errors import InvalidRequest
 
@@ -78,3 +81,25 @@ def id_page(queryset, page: PageRequest) -> tuple[list, str | None]:
     rows = rows[: page.limit]
     next_cursor = encode_cursor([rows[-1].id]) if has_more else None
     return rows, next_cursor
+
+
+def created_page(queryset, page: PageRequest) -> tuple[list, str | None]:
+    """One page of `queryset` ordered by (created_at, id) — newest first when the page is
+    descending — and the next page's cursor (or None). Rows created in the same instant are
+    each listed once, because the id breaks the tie."""
+    if page.after is not None:
+        try:
+            created_at, last_id = datetime.fromisoformat(page.after[0]), int(page.after[1])
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequest("The cursor is not valid.", param="cursor") from exc
+        if page.descending:
+            after = Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id)
+        else:
+            after = Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=last_id)
+        queryset = queryset.filter(after)
+    order = ("-created_at", "-id") if page.descending else ("created_at", "id")
+    rows = list(queryset.order_by(*order)[: page.limit + 1])
+    if len(rows) <= page.limit:
+        return rows, None
+    rows = rows[: page.limit]
+    return rows, encode_cursor([rows[-1].created_at.isoformat(), rows[-1].id])

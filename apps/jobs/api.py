@@ -69,7 +69,7 @@ class JobCollectionView(ComputeView):
         operation_id="compute_jobs_list",
     )
     def get(self, request):
-        page = parse_page_request(request.query_params, key_length=2)
+        page = parse_page_request(request.query_params, key_length=2, default_order="desc")
         jobs, next_cursor, total = selectors.job_list(
             caller(request).organization,
             page,

@@ -3,14 +3,12 @@ the pages of logs and events."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from django.db.models import Prefetch, Q, Sum
+from django.db.models import Prefetch, Sum
 from django.http import Http404
 
 from apps.accounts.errors import InvalidRequest
 from apps.accounts.models import Organization
-from apps.core.pagination import PageRequest, encode_cursor, id_page
+from apps.core.pagination import PageRequest, created_page, id_page
 from apps.jobs.models import Attempt, Job, JobCounter, JobEvent, LogLine
 from apps.jobs.states import JobState
 from apps.projects.models import Project
@@ -58,27 +56,10 @@ def job_list(
             raise InvalidRequest(f"Unknown state {state!r}.", param="state")
         jobs = jobs.filter(state=state)
         counters = counters.filter(state=state)
-    if page.after is not None:
-        created_at, last_id = _job_cursor(page.after)
-        jobs = jobs.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=last_id))
-    rows = list(
-        jobs.select_related("project")
-        .prefetch_related(_attempts_prefetch())
-        .order_by("-created_at", "-id")[: page.limit + 1]
-    )
-    next_cursor = None
-    if len(rows) > page.limit:
-        rows = rows[: page.limit]
-        next_cursor = encode_cursor([rows[-1].created_at.isoformat(), rows[-1].id])
+    jobs = jobs.select_related("project").prefetch_related(_attempts_prefetch())
+    rows, next_cursor = created_page(jobs, page)
     total = counters.aggregate(total=Sum("count"))["total"] or 0
     return rows, next_cursor, total
-
-
-def _job_cursor(values: list) -> tuple[datetime, int]:
-    try:
-        return datetime.fromisoformat(values[0]), int(values[1])
-    except (TypeError, ValueError) as exc:
-        raise InvalidRequest("The cursor is not valid.", param="cursor") from exc
 
 
 def log_page(

@@ -14,8 +14,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.errors import InvalidRequest
 from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
+from apps.core.pagination import parse_page_request
 from apps.secrets import selectors, services
 from apps.secrets.models import Secret
 
@@ -52,15 +52,6 @@ class SecretReplaceIn(serializers.Serializer):
     data = SecretDataField()
 
 
-def _page_size(raw: str | None) -> int:
-    if raw is None or raw == "":
-        return selectors.DEFAULT_PAGE_SIZE
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise InvalidRequest("limit must be an integer.", param="limit") from exc
-
-
 def _secret_of_caller(request, secret_id: str) -> Secret:
     return get_object_or_404(
         Secret.objects.for_org(caller(request).organization), public_id=secret_id
@@ -86,8 +77,9 @@ class SecretListCreateView(APIView):
     def get(self, request):
         page = selectors.secret_list(
             organization=caller(request).organization,
-            limit=_page_size(request.query_params.get("limit")),
-            cursor=request.query_params.get("cursor") or None,
+            page=parse_page_request(
+                request.query_params, key_length=2, max_limit=selectors.MAX_PAGE_SIZE
+            ),
         )
         return Response(
             {

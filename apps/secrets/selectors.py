@@ -12,24 +12,18 @@ Job creation calls `validate_secret_env`; only the runner's spec fetch calls
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypedDict
-
-from django.db.models import Q
 
 from apps.accounts.errors import InvalidRequest
 from apps.accounts.models import Organization
+from apps.core.pagination import PageRequest, created_page
 from apps.secrets.crypto import decrypt_data
 from apps.secrets.models import Secret
 from apps.secrets.validation import is_env_name
 
 SECRET_ENV_PARAM = "container.secret_env"
-DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 200
 
 
@@ -45,41 +39,12 @@ class SecretPage:
     total: int
 
 
-def _encode_cursor(secret: Secret) -> str:
-    raw = json.dumps([secret.created_at.isoformat(), secret.id], separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, int]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        created_at, last_id = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        when = datetime.fromisoformat(created_at)
-        if when.tzinfo is None or not isinstance(last_id, int) or isinstance(last_id, bool):
-            raise ValueError(cursor)
-    except (binascii.Error, UnicodeError, TypeError, ValueError) as exc:
-        raise InvalidRequest("The cursor is not valid.", param="cursor") from exc
-    return when, last_id
-
-
-def secret_list(
-    *, organization: Organization, limit: int = DEFAULT_PAGE_SIZE, cursor: str | None = None
-) -> SecretPage:
-    """One page of the organization's secrets, oldest first (created_at, then id).
-
-    Keyset pagination: the cursor names the last row of the previous page, so pages stay
-    stable while secrets are created or deleted, and no OFFSET is scanned. `limit` must be
-    1..200; a bad `limit` or `cursor` raises InvalidRequest naming that param."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE_SIZE:
-        raise InvalidRequest(f"limit must be between 1 and {MAX_PAGE_SIZE}.", param="limit")
+def secret_list(*, organization: Organization, page: PageRequest) -> SecretPage:
+    """One page of the organization's secrets, oldest first (created_at, then id), by
+    keyset: pages stay stable while secrets are created or deleted."""
     secrets_of_org = Secret.objects.for_org(organization)
-    page = secrets_of_org.order_by("created_at", "id")
-    if cursor:
-        created_at, last_id = _decode_cursor(cursor)
-        page = page.filter(Q(created_at__gt=created_at) | Q(created_at=created_at, id__gt=last_id))
-    rows = list(page[: limit + 1])
-    items = rows[:limit]
-    next_cursor = _encode_cursor(items[-1]) if len(rows) > limit else None
+    ascending = PageRequest(limit=page.limit, after=page.after, descending=False)
+    items, next_cursor = created_page(secrets_of_org, ascending)
     return SecretPage(items=items, next_cursor=next_cursor, total=secrets_of_org.count())
 
 

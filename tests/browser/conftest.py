@@ -80,12 +80,14 @@ def team(transactional_db):
 
 
 @pytest.fixture
-def signed_in(browser, stack):
+def signed_in(browser, live_stack):
     """A function: a fresh browser context signed in through the login form."""
     contexts = []
 
     def sign_in(user):
-        context = browser.new_context(base_url=stack.url, viewport={"width": 1280, "height": 900})
+        context = browser.new_context(
+            base_url=live_stack.url, viewport={"width": 1280, "height": 900}
+        )
         contexts.append(context)
         page = context.new_page()
         page.goto("/accounts/login/")

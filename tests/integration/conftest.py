@@ -93,13 +93,6 @@ def compute_org(transactional_db):
 
 
 @pytest.fixture
-def api(stack, compute_org):
+def api(live_stack, compute_org):
     _, key = account_services.api_key_create(organization=compute_org, name="it")
-    client = ComputeApi(stack.url, key)
-    yield client
-    # Leave no job running for the next test: the local offer has two slots.
-    from apps.jobs.models import Job
-
-    for job_id in Job.objects.exclude(state__in=TERMINAL).values_list("public_id", flat=True):
-        client.terminate(job_id)
-        client.wait_state(job_id, TERMINAL, timeout=30)
+    return ComputeApi(live_stack.url, key)

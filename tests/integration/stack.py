@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -176,6 +177,43 @@ class Stack:
         self.start_web()
         self.start_worker()
         self.start_beat()
+
+    @property
+    def worker_name(self) -> str:
+        return f"it-{self.port}@{socket.gethostname()}"
+
+    def pause_workers(self) -> None:
+        """Stop the worker taking tasks and wait until it runs none, so the stack holds no
+        database locks while the test database is flushed between tests (a TRUNCATE racing a
+        reconcile pass can deadlock)."""
+        from config.celery import app
+
+        worker = self.procs.get("worker")
+        if worker is None or worker.popen is None or worker.popen.poll() is not None:
+            return
+        destination = [self.worker_name]
+        app.control.cancel_consumer("celery", destination=destination, reply=True, timeout=5)
+        wait_until(
+            lambda: (
+                not any(
+                    (
+                        app.control.inspect(destination=destination, timeout=2).active() or {}
+                    ).values()
+                )
+            ),
+            timeout=60,
+            interval=0.2,
+            what="the worker to go idle",
+        )
+
+    def resume_workers(self) -> None:
+        from config.celery import app
+
+        worker = self.procs.get("worker")
+        if worker is None or worker.popen is None or worker.popen.poll() is not None:
+            return
+        app.control.purge()  # what beat queued meanwhile was about the previous test
+        app.control.add_consumer("celery", destination=[self.worker_name], reply=True, timeout=5)
 
     def stop(self) -> None:
         for proc in self.procs.values():
