@@ -46,7 +46,7 @@ format: install-dev
 test: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) manage.py makemigrations --check --dry-run --settings config.test_settings
+	DATABASE_POOL=0 DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) manage.py makemigrations --check --dry-run --settings config.test_settings
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(PYTEST_ARGS)
 
 bench: install-dev

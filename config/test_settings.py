@@ -7,6 +7,9 @@ os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/trainy
 os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production-use-0123456789")
 os.environ.setdefault("SECRETS_KEYS", "dGVzdC1vbmx5LWZlcm5ldC1rZXktMDEyMzQ1Njc4OTA=")
 os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
+# No pool in the test process: pooled connections would keep the test database from being
+# dropped at the end. The live stack's processes run with the pool, as production does.
+os.environ.setdefault("DATABASE_POOL", "0")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")  # apart from `make run` (db 0)
 
 from config.settings import *  # noqa: F403

@@ -3,6 +3,8 @@ job's logs and events. One view per operation; each calls one service or selecto
 
 from __future__ import annotations
 
+from django.http import Http404
+from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
@@ -12,9 +14,21 @@ from rest_framework.views import APIView
 from apps.accounts.errors import InvalidRequest
 from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
 from apps.core.pagination import parse_page_request
-from apps.jobs import selectors, services
-from apps.jobs.presenters import EventPage, JobEventOut, JobOut, JobPage, LogLineOut, LogPage
+from apps.jobs import finetune, selectors, services
+from apps.jobs.artifact_files import artifact_response
+from apps.jobs.models import Job
+from apps.jobs.presenters import (
+    ArtifactOut,
+    ArtifactPage,
+    EventPage,
+    JobEventOut,
+    JobOut,
+    JobPage,
+    LogLineOut,
+    LogPage,
+)
 from apps.jobs.specs import JobCreateIn
+from apps.projects.models import Project
 
 MAX_IDEMPOTENCY_KEY = 255
 
@@ -26,6 +40,30 @@ _PAGE_PARAMS = [
 
 class ComputeView(APIView):
     permission_classes = COMPUTE_PERMISSIONS
+
+
+def _idempotency_key(request) -> str:
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if not key:
+        raise InvalidRequest("The Idempotency-Key header is required.", param="Idempotency-Key")
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise InvalidRequest("The Idempotency-Key is too long.", param="Idempotency-Key")
+    return key
+
+
+def _create_response(request, payload: dict, kind: str) -> Response:
+    who = caller(request)
+    result = services.job_create(
+        organization=who.organization,
+        payload=payload,
+        idempotency_key=_idempotency_key(request),
+        created_by=who.user,
+        created_by_key=who.api_key,
+        kind=kind,
+    )
+    job = selectors.job_for_org(who.organization, result.job.public_id)
+    code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+    return Response(JobOut(job).data, status=code)
 
 
 class JobCollectionView(ComputeView):
@@ -41,22 +79,7 @@ class JobCollectionView(ComputeView):
         operation_id="compute_jobs_create",
     )
     def post(self, request):
-        key = request.headers.get("Idempotency-Key", "").strip()
-        if not key:
-            raise InvalidRequest("The Idempotency-Key header is required.", param="Idempotency-Key")
-        if len(key) > MAX_IDEMPOTENCY_KEY:
-            raise InvalidRequest("The Idempotency-Key is too long.", param="Idempotency-Key")
-        who = caller(request)
-        result = services.job_create(
-            organization=who.organization,
-            payload=request.data,
-            idempotency_key=key,
-            created_by=who.user,
-            created_by_key=who.api_key,
-        )
-        job = selectors.job_for_org(who.organization, result.job.public_id)
-        code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
-        return Response(JobOut(job).data, status=code)
+        return _create_response(request, request.data, Job.Kind.CONTAINER)
 
     @extend_schema(
         responses=JobPage,
@@ -137,3 +160,51 @@ class JobEventsView(ComputeView):
                 "total": total,
             }
         )
+
+
+class FinetuneCreateView(ComputeView):
+    @extend_schema(
+        request=finetune.FinetuneCreateIn,
+        responses={201: JobOut, 200: JobOut},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True
+            )
+        ],
+        summary="Start a managed LoRA fine-tune in a project",
+        operation_id="projects_finetunes_create",
+    )
+    def post(self, request, project_id: str):
+        project = get_object_or_404(
+            Project.objects.for_org(caller(request).organization), public_id=project_id
+        )
+        payload = finetune.payload_from_api(request.data, project_id=project.public_id)
+        return _create_response(request, payload, Job.Kind.FINETUNE)
+
+
+class JobArtifactsView(ComputeView):
+    @extend_schema(
+        responses=ArtifactPage,
+        summary="A job's checkpoints and final adapter",
+        operation_id="compute_jobs_artifacts_list",
+    )
+    def get(self, request, job_id: str):
+        job = selectors.job_for_org(caller(request).organization, job_id)
+        artifacts = list(job.artifacts.select_related("job").order_by("id"))
+        data = ArtifactOut(artifacts, many=True).data
+        return Response({"data": data, "next_cursor": None, "total": len(data)})
+
+
+class JobArtifactDownloadView(ComputeView):
+    @extend_schema(
+        responses={(200, "application/gzip"): OpenApiTypes.BINARY},
+        summary="Download an artifact (tar.gz)",
+        operation_id="compute_jobs_artifacts_download",
+    )
+    def get(self, request, job_id: str, artifact_id: str):
+        job = selectors.job_for_org(caller(request).organization, job_id)
+        number = artifact_id.removeprefix("art_")
+        artifact = job.artifacts.filter(pk=int(number)).first() if number.isdigit() else None
+        if artifact is None:
+            raise Http404("No such artifact.")
+        return artifact_response(artifact, job)

@@ -8,4 +8,10 @@ urlpatterns = [
     path("jobs/<str:job_id>/terminate", api.JobTerminateView.as_view(), name="api-job-terminate"),
     path("jobs/<str:job_id>/logs", api.JobLogsView.as_view(), name="api-job-logs"),
     path("jobs/<str:job_id>/events", api.JobEventsView.as_view(), name="api-job-events"),
+    path("jobs/<str:job_id>/artifacts", api.JobArtifactsView.as_view(), name="api-job-artifacts"),
+    path(
+        "jobs/<str:job_id>/artifacts/<str:artifact_id>/download",
+        api.JobArtifactDownloadView.as_view(),
+        name="api-job-artifact-download",
+    ),
 ]

@@ -10,7 +10,6 @@ service, so the page and the API can never disagree on what a valid job is.
 from __future__ import annotations
 
 import base64
-import json
 import shlex
 from typing import Any
 
@@ -20,6 +19,7 @@ from django.core.exceptions import ValidationError
 from apps.accounts.errors import InvalidRequest
 from apps.accounts.models import Organization
 from apps.catalog.models import Accelerator
+from apps.jobs import finetune
 from apps.jobs.models import Job
 from apps.jobs.specs import MAX_DISK_GB
 from apps.secrets.models import Secret
@@ -28,33 +28,7 @@ from apps.secrets.models import Secret
 # (and the live quote says so before submitting).
 GPU_COUNT_CHOICES = [(count, str(count)) for count in range(1, 9)]
 
-DATASET_FORMATS = [
-    ("alpaca", "Alpaca"),
-    ("chatml", "ChatML"),
-    ("sharegpt", "ShareGPT"),
-    ("prompt_completion", "Prompt-completion"),
-    ("text", "Plain text"),
-    ("pretokenized", "Pre-tokenized"),
-]
-
-FINETUNE_IMAGE = "trainyard-trainer"
-# Not TRAINYARD_…: the service reserves that prefix for the platform's own variables.
-FINETUNE_CONFIG_ENV = "FINETUNE_CONFIG"
-TRAINER_MISSING = (
-    "The fine-tune trainer is not installed on this host: install it with pip install -e '.[train]'"
-)
-# Until the trainer lands, a fine-tune job is a container job running this script. It fails
-# fast, with exit code 2 and a message a person can act on, where the trainer is missing.
-FINETUNE_SCRIPT = f"""\
-#!/usr/bin/env bash
-# A fine-tune job from the New Job page; its config is the JSON in ${FINETUNE_CONFIG_ENV}.
-set -euo pipefail
-if ! python -c 'import trainer' >/dev/null 2>&1; then
-  echo "{TRAINER_MISSING}" >&2
-  exit 2
-fi
-exec python -m trainer --config-json "${FINETUNE_CONFIG_ENV}"
-"""
+DATASET_FORMATS = finetune.DATASET_FORMATS
 
 
 def _textarea(rows: int, *, code: bool = True) -> forms.Textarea:
@@ -480,13 +454,9 @@ class FinetuneJobForm(JobForm):
         }
 
     def payload(self, *, project_id: str) -> dict:
-        return {
-            "name": self.cleaned_data["name"],
-            "project": project_id,
-            "compute": self._compute(),
-            "container": {
-                "image": FINETUNE_IMAGE,
-                "script_b64": base64.b64encode(FINETUNE_SCRIPT.encode()).decode(),
-                "env": {FINETUNE_CONFIG_ENV: json.dumps(self.config())},
-            },
-        }
+        return finetune.job_payload(
+            name=self.cleaned_data["name"],
+            project_id=project_id,
+            config=self.config(),
+            compute=self._compute(),
+        )

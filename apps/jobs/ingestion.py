@@ -8,6 +8,8 @@ inserted are parsed for metrics and counted.
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ from django.db import connection, transaction
 from django.db.models import Max
 
 from apps.accounts.errors import InvalidRequest
-from apps.jobs import realtime
+from apps.jobs import realtime, services
 from apps.jobs.metrics_parsing import parse_metric_line
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
 from apps.secrets.selectors import resolve_secret_env
@@ -132,6 +134,7 @@ def ingest(*, attempt: Attempt, job: Job, lines: list[IncomingLine]) -> IngestRe
         if inserted:
             user = sum(1 for row in inserted if row[2] == LogLine.Source.USER)
             metric_ids = _store_metrics(job, attempt.number, inserted)
+            _record_grading(job, attempt.number, inserted)
             seq = realtime.bump_live_seq(job.pk, user_lines=user, system_lines=len(inserted) - user)
             realtime.push_on_commit(
                 job=job, seq=seq, log_ids=[row[0] for row in inserted], metric_ids=metric_ids
@@ -177,6 +180,32 @@ def _insert(job_id: int, attempt: int, lines: list[IncomingLine], messages: list
             if cursor.rowcount:
                 inserted.append((cursor.lastrowid, line.seq, line.source, message))
     return inserted
+
+
+def _record_grading(job: Job, attempt: int, inserted) -> None:
+    """A workload that grades itself prints `{"type": "grading", ...}` (the built-in trainer
+    does): keep the verdict as an event, which the job page shows."""
+    for _, _, source, message in inserted:
+        if source != LogLine.Source.USER or '"grading"' not in message:
+            continue
+        try:
+            line = json.loads(message)
+        except ValueError:
+            continue
+        if isinstance(line, dict) and line.get("type") == "grading":
+            verdict = "passed" if line.get("passed") else "failed"
+            # JSON columns take no NaN: a non-finite loss is kept as its name.
+            data = {
+                key: str(value) if isinstance(value, float) and not math.isfinite(value) else value
+                for key, value in line.items()
+            }
+            services.record_event(
+                job=job,
+                attempt=attempt,
+                type="grading",
+                message=f"Self-grading {verdict}.",
+                data=data,
+            )
 
 
 def _store_metrics(job: Job, attempt: int, inserted) -> list[int]:

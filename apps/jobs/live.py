@@ -14,7 +14,7 @@ from itertools import chain
 from django.db.models import Prefetch
 from django.template.loader import render_to_string
 
-from apps.jobs.models import Attempt, Job, JobEvent, LogLine, MetricPoint
+from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine, MetricPoint
 from apps.jobs.states import JobState
 
 WINDOW = 200
@@ -88,12 +88,15 @@ def chart_points(points) -> list[list[float | None]]:
 
 
 def initial_chart(job: Job) -> list[list[float | None]]:
-    count = MetricPoint.objects.filter(job=job).count()
-    points = MetricPoint.objects.filter(job=job).order_by("id").only("id", "step", "loss")
+    """Every point, or an even sample of CHART_MAX_POINTS of them (plain tuples, no model
+    instances: a long run has tens of thousands)."""
+    rows = MetricPoint.objects.filter(job=job, loss__isnull=False).order_by("id")
+    count = rows.count()
+    triples = rows.values_list("id", "step", "loss")
     if count > CHART_MAX_POINTS:
         stride = count // CHART_MAX_POINTS + 1
-        points = [p for index, p in enumerate(points.iterator()) if index % stride == 0]
-    return chart_points(points)
+        return [list(t) for index, t in enumerate(triples.iterator()) if index % stride == 0]
+    return [list(t) for t in triples]
 
 
 def window_rows(job: Job) -> list[Row]:
@@ -111,6 +114,18 @@ def older_logs(job: Job, before_id: int) -> list[LogLine]:
     return list(
         reversed(LogLine.objects.filter(job=job, id__lt=before_id).order_by("-id")[:WINDOW])
     )
+
+
+ARTIFACT_EVENTS = frozenset({"checkpoint_saved", "adapter_uploaded", "grading"})
+
+
+def artifacts_context(job: Job) -> dict:
+    grading = JobEvent.objects.filter(job=job, type="grading").order_by("-id").first()
+    return {
+        "job": job,
+        "artifacts": list(Artifact.objects.filter(job=job).order_by("id")),
+        "grading": grading.data if grading else None,
+    }
 
 
 def state_context(job: Job) -> dict:
@@ -137,6 +152,7 @@ def render_page_context(job: Job) -> dict:
         "has_older_logs": job.user_log_lines + job.system_log_lines > WINDOW,
         "chart_points": initial_chart(job),
         "config_json": json.dumps(job.spec, indent=2, sort_keys=True),
+        **{key: value for key, value in artifacts_context(job).items() if key != "job"},
     }
 
 
@@ -152,7 +168,10 @@ def render_push(job: Job, *, seq: int, event_ids, log_ids, metric_ids, state_cha
     parts = [_render("live_marker.html", {"seq": seq, "oob": True})]
     if state_changed:
         parts.append(_state_parts(job))
-    rows = [event_row(e) for e in JobEvent.objects.filter(id__in=event_ids).order_by("id")]
+    events = list(JobEvent.objects.filter(id__in=event_ids).order_by("id"))
+    rows = [event_row(e) for e in events]
+    if any(event.type in ARTIFACT_EVENTS for event in events):
+        parts.append(_render("artifacts.html", {**artifacts_context(job), "oob": True}))
     points = list(MetricPoint.objects.filter(id__in=metric_ids).order_by("id"))
     rows += [metric_row(p) for p in points]
     if rows:
@@ -167,7 +186,11 @@ def render_push(job: Job, *, seq: int, event_ids, log_ids, metric_ids, state_cha
 
 def render_catch_up(job: Job, *, after_event: int, after_log: int, after_metric: int) -> str:
     """Everything newer than the ids a page holds, as the same out-of-band partials."""
-    parts = [_render("live_marker.html", {"seq": job.live_seq, "oob": True}), _state_parts(job)]
+    parts = [
+        _render("live_marker.html", {"seq": job.live_seq, "oob": True}),
+        _state_parts(job),
+        _render("artifacts.html", {**artifacts_context(job), "oob": True}),
+    ]
     events = list(JobEvent.objects.filter(job=job, id__gt=after_event).order_by("id")[:1000])
     points = list(MetricPoint.objects.filter(job=job, id__gt=after_metric).order_by("id")[:5000])
     rows = sorted(

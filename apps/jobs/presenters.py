@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.core.money import micros_to_usd
-from apps.jobs.models import Attempt, Job, JobEvent, LogLine
+from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine
 from apps.jobs.states import JobState
 
 
@@ -170,6 +170,30 @@ class JobEventOut(serializers.ModelSerializer):
         return f"evt_{event.id}"
 
 
+class ArtifactOut(serializers.ModelSerializer):
+    id = serializers.SerializerMethodField()
+    download_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Artifact
+        fields = [
+            "id",
+            "kind",
+            "step",
+            "attempt",
+            "size_bytes",
+            "sha256",
+            "created_at",
+            "download_url",
+        ]
+
+    def get_id(self, artifact: Artifact) -> str:
+        return f"art_{artifact.id}"
+
+    def get_download_url(self, artifact: Artifact) -> str:
+        return f"/api/v1/compute/jobs/{artifact.job.public_id}/artifacts/art_{artifact.id}/download"
+
+
 def page_serializer(name: str, item: type[serializers.Serializer]) -> type[serializers.Serializer]:
     """A `{data, next_cursor, total}` envelope for the OpenAPI schema."""
     return type(
@@ -186,3 +210,4 @@ def page_serializer(name: str, item: type[serializers.Serializer]) -> type[seria
 JobPage = page_serializer("JobPage", JobOut)
 LogPage = page_serializer("LogPage", LogLineOut)
 EventPage = page_serializer("EventPage", JobEventOut)
+ArtifactPage = page_serializer("ArtifactPage", ArtifactOut)

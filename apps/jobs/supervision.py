@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from apps.core.transactions import after_commit
 from apps.jobs import services
+from apps.jobs.finetune import GRADING_FAILED_EXIT
 from apps.jobs.models import Attempt, Job, LogLine
 from apps.jobs.states import JobState
 from apps.providers.backends import backend_for
@@ -184,7 +185,7 @@ def finalize(job_id: int) -> None:
                 services.job_transition(
                     job_id=job.pk,
                     to=JobState.FAILED,
-                    reason=f"exit_code_{code}",
+                    reason=_failure_reason(job, code),
                     exit_code=code,
                     error_message=_error_tail(job, attempt),
                     message=f"The workload failed with exit code {code}.",
@@ -193,6 +194,12 @@ def finalize(job_id: int) -> None:
             attempt is None or attempt.exit_code is not None or attempt.ended_at is not None
         ):
             _terminated(job, attempt)
+
+
+def _failure_reason(job: Job, exit_code: int) -> str:
+    if job.kind == Job.Kind.FINETUNE and exit_code == GRADING_FAILED_EXIT:
+        return "grading_failed"
+    return f"exit_code_{exit_code}"
 
 
 def _terminated(job: Job, attempt: Attempt | None) -> None:

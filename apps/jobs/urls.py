@@ -7,4 +7,9 @@ urlpatterns = [
     path("o/<slug:org_slug>/jobs/<str:job_id>/live/", views.job_live, name="job-live"),
     path("o/<slug:org_slug>/jobs/<str:job_id>/logs/", views.job_logs_older, name="job-logs-older"),
     path("o/<slug:org_slug>/jobs/<str:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path(
+        "o/<slug:org_slug>/jobs/<str:job_id>/artifacts/<int:artifact_id>/download/",
+        views.job_artifact_download,
+        name="job-artifact-download",
+    ),
 ]

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.models import Role
 from apps.accounts.tenancy import membership_for_slug, remember_org
 from apps.jobs import live, services
-from apps.jobs.models import Job
+from apps.jobs.artifact_files import artifact_response
+from apps.jobs.models import Artifact, Job
 
 
 def _job_for(request: HttpRequest, org_slug: str, job_id: str):
@@ -79,3 +80,13 @@ def job_cancel(request: HttpRequest, org_slug: str, job_id: str) -> HttpResponse
     if request.htmx:
         return HttpResponse(status=204)
     return redirect("job-detail", org_slug=org_slug, job_id=job_id)
+
+
+@login_required
+@require_GET
+def job_artifact_download(
+    request: HttpRequest, org_slug: str, job_id: str, artifact_id: int
+) -> FileResponse:
+    _, job = _job_for(request, org_slug, job_id)
+    artifact = get_object_or_404(Artifact, pk=artifact_id, job=job)
+    return artifact_response(artifact, job)

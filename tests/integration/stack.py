@@ -30,6 +30,7 @@ STACK_ENV = {
     "LOG_BATCH_MAX_INTERVAL_S": "0.1",
     # One wall-clock second counts as one minute for runtime limits and billing.
     "TRAINYARD_CLOCK_SCALE": "60",
+    "DATABASE_POOL": "1",
 }
 
 

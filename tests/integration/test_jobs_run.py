@@ -163,11 +163,11 @@ def test_a_worker_killed_right_after_taking_dispatch_runs_the_job_once(api, stac
     stack.start_worker(TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S="30")
     try:
         job = api.submit(command=["bash", "-c", f"echo run >> {marker}; echo done"])
-        api.wait_state(job["id"], "allocating", timeout=20)
+        api.wait_state(job["id"], "allocating", timeout=60)
         stack.procs["worker"].stop(signal.SIGKILL)
     finally:
         stack.start_worker()
-    done = api.wait_state(job["id"], TERMINAL, timeout=60)
+    done = api.wait_state(job["id"], TERMINAL, timeout=90)
     assert done["state"] == "succeeded"
     assert marker.read_text() == "run\n"
     assert len(done["attempts"]) == 1

@@ -13,7 +13,10 @@ import sys
 import pytest
 
 from apps.accounts.errors import InvalidRequest
-from apps.jobs.forms import FINETUNE_CONFIG_ENV, TRAINER_MISSING, ContainerJobForm
+from apps.jobs.finetune import CONFIG_ENV as FINETUNE_CONFIG_ENV
+from apps.jobs.finetune import SCRIPT as FINETUNE_SCRIPT
+from apps.jobs.finetune import TRAINER_MISSING
+from apps.jobs.forms import ContainerJobForm
 from apps.jobs.models import Job
 from apps.secrets import services as secret_services
 
@@ -558,7 +561,6 @@ def test_a_bad_fine_tune_field_is_reported_next_to_it(
 def _run_script(tmp_path, *, trainer_installed: bool) -> subprocess.CompletedProcess:
     """Run the fine-tune script as the runner would (`bash script.sh`), with `python` a shim
     that hides site-packages, so whether `trainer` imports is up to this test."""
-    from apps.jobs.forms import FINETUNE_SCRIPT
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
