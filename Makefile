@@ -16,12 +16,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
+# The `train` extra is the LoRA trainer (torch, transformers, peft): `make run` seeds a demo
+# model with it and the tests train with it.
 $(VENV)/.installed: pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e .
+	$(PY) -m pip install --quiet -e '.[train]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,train]'
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed

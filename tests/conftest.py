@@ -138,3 +138,19 @@ def live_stack(stack):
         what="the test's jobs to end",
     )
     stack.pause_workers()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A tiny Llama with a tokenizer trained here (no hub), built once per session."""
+    from trainer.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def demo_data(tmp_path_factory):
+    """The learnable toy dataset in each of the six formats."""
+    from trainer.demo_data import write_demo_datasets
+
+    return write_demo_datasets(tmp_path_factory.mktemp("data"))

@@ -28,6 +28,7 @@ from apps.catalog import selectors as catalog_selectors
 from apps.catalog.models import Accelerator
 from apps.core.money import MICROS_PER_USD
 from apps.jobs import services
+from apps.jobs.demo import demo_finetune_initial
 from apps.jobs.forms import ContainerJobForm, FinetuneJobForm, JobForm
 from apps.jobs.models import Job
 from apps.projects.models import Project
@@ -119,7 +120,9 @@ def job_new(request: HttpRequest, org_slug: str, project_slug: str) -> HttpRespo
         return HttpResponseBadRequest("Say which form: form=container or form=finetune.")
     quote_url = reverse("job-quote", kwargs={"org_slug": organization.slug})
     finetune_form = FinetuneJobForm(
-        data=request.POST if submitted == "finetune" else None, quote_url=quote_url
+        data=request.POST if submitted == "finetune" else None,
+        quote_url=quote_url,
+        initial=demo_finetune_initial(),
     )
     container_form = ContainerJobForm(
         data=request.POST if submitted == "container" else None,

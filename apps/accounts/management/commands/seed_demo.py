@@ -7,9 +7,11 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from apps.accounts.models import Membership, Organization, Role, User
+from apps.jobs.demo import demo_datasets_dir, demo_model_dir
 from apps.projects.models import Project
 
 DEMO_ORG = "demo"
+
 DEMO_USER = "demo"
 
 
@@ -41,4 +43,22 @@ class Command(BaseCommand):
             },
         )
         shown = password if created else f"{password} (unless it was changed since)"
+        self._seed_finetune_assets()
         self.stdout.write(f"Demo ready: sign in at http://127.0.0.1:8000/ as {DEMO_USER} / {shown}")
+
+    def _seed_finetune_assets(self) -> None:
+        """A tiny base model (built here, no hub download) and a small dataset in each
+        format, so a first fine-tune runs offline on CPU in about a minute."""
+        try:
+            from trainer.demo_data import write_demo_datasets
+            from trainer.tiny import build_tiny_model
+        except ImportError:
+            self.stdout.write(
+                "The trainer is not installed (pip install -e '.[train]'): no demo model."
+            )
+            return
+        model_dir = demo_model_dir()
+        if not (model_dir / "config.json").exists():
+            build_tiny_model(model_dir)
+        datasets = write_demo_datasets(demo_datasets_dir())
+        self.stdout.write(f"Demo fine-tune: model {model_dir}, dataset {datasets['alpaca']}")
