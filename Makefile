@@ -16,13 +16,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 
-# The `train` extra is the LoRA trainer (torch, transformers, peft): `make run` seeds a demo
+# Reinstalled when a top-level package appears (editable installs map packages at install
+# time). The `train` extra is the LoRA trainer (torch, transformers, peft): `make run` seeds a demo
 # model with it and the tests train with it.
-$(VENV)/.installed: pyproject.toml | $(PY)
+$(VENV)/.installed: pyproject.toml $(wildcard */__init__.py) | $(PY)
 	$(PY) -m pip install --quiet -e '.[train]'
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(PY)
+$(VENV)/.installed-dev: pyproject.toml $(wildcard */__init__.py) | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev,train]'
 	touch $@ $(VENV)/.installed
 
