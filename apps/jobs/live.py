@@ -17,8 +17,8 @@ from django.template.loader import render_to_string
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine, MetricPoint
 from apps.jobs.states import JobState
 
-WINDOW = 200
-PUSH_LOG_LINES = 200
+WINDOW = 100
+PUSH_LOG_LINES = 100
 CHART_MAX_POINTS = 2000
 CANCELLABLE = frozenset(
     {
