@@ -36,6 +36,11 @@ Decisions where the page is silent:
 - `heartbeat.last_seq` and `exit.last_seq` are the highest seq spooled.
 - `exit` is still attempted (once, at least) when `final_flush_timeout_s` ran out before
   every line was acknowledged; its `last_seq` then tells the control plane lines are missing.
+- Artifacts (`runner.artifacts`): the checkpoint to resume from is fetched after the spec,
+  before the workload starts, retrying for at most `final_flush_timeout_s`; when that fails
+  the workload starts without it. Uploads run in their own thread; when the workload has
+  exited, the runner waits up to `final_flush_timeout_s` for them before its last line, then
+  gives lines and `exit` their own `final_flush_timeout_s`.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runner.artifacts import ArtifactUploader, ResumeError, checkpoint_root, fetch_resume
 from runner.client import (
     ControlClient,
     FatalError,
@@ -116,6 +122,7 @@ class JobSpec:
     log_batch_max_interval_s: float = 0.25
     terminate_grace_s: float = 10.0
     final_flush_timeout_s: float = 600.0
+    resume_from: Any = None  # checked by runner.artifacts.fetch_resume
 
     @classmethod
     def from_json(cls, data: dict) -> JobSpec:
@@ -145,6 +152,7 @@ class JobSpec:
         number("log_batch_max_interval_s", float, 0)
         number("terminate_grace_s", float, 0)
         number("final_flush_timeout_s", float, 0)
+        spec.resume_from = data.get("resume_from")
         return spec
 
 
@@ -371,6 +379,7 @@ class Runner:
         self.collector: OutputCollector | None = None
         self.sender: LogSender | None = None
         self.heartbeat: Heartbeat | None = None
+        self.uploader: ArtifactUploader | None = None
 
     # -- requests from other threads and signals -----------------------------------------
 
@@ -476,8 +485,22 @@ class Runner:
         self.sender = sender
         collector = OutputCollector(self.spool, Masker(spec.mask), notify=sender.notify)
         self.collector = collector
+        work = self.workdir / "work"
+        uploader = ArtifactUploader(
+            self.client,
+            workdir=self.workdir,
+            work_dir=work,
+            checkpoint_root=checkpoint_root(workload_env(spec), work),
+            report=collector.system,
+            on_retry=_log_retry,
+        )
+        self.uploader = uploader
+        collector.on_stdout_line = uploader.offer
+        uploader.start()
         sender.start()
         collector.system("fetched spec")
+        if spec.resume_from is not None:
+            self._resume(spec)
 
         proc, exit_code = self._start_workload(spec)
         if proc is not None:
@@ -487,6 +510,32 @@ class Runner:
                 return self._abort[0]
             collector.join_readers(READER_DRAIN_TIMEOUT_S)
         return self._finish(spec, exit_code)
+
+    def _resume(self, spec: JobSpec) -> None:
+        """Fetch the checkpoint to resume from and point TRAINYARD_RESUME_FROM at it; on
+        failure the workload starts without it (a system line says why)."""
+        assert self.collector is not None
+        try:
+            directory, step = fetch_resume(
+                self.client,
+                spec.resume_from,
+                self.workdir,
+                deadline=time.monotonic() + spec.final_flush_timeout_s,
+                should_stop=self._stopping,
+                sleep=self._sleep_unless_stopping,
+                on_retry=_log_retry,
+            )
+        except SupersededError as exc:
+            self.abort(EXIT_OK, str(exc))
+            return
+        except ResumeError as exc:
+            if not self._stopping():
+                self.collector.system(
+                    f"could not fetch the checkpoint to resume from: {exc}; starting without it"
+                )
+            return
+        spec.env["TRAINYARD_RESUME_FROM"] = str(directory)
+        self.collector.system(f"resuming from checkpoint at step {step}")
 
     def _start_workload(self, spec: JobSpec) -> tuple[subprocess.Popen | None, int]:
         """Start the workload; `(proc, 0)`, or `(None, exit code)` when it cannot start."""
@@ -579,6 +628,16 @@ class Runner:
         assert self.collector is not None and self.sender is not None
         assert self.spool is not None
         write_exit_json(self.workdir, exit_code)
+        if self.uploader is not None:
+            # The uploads get their own final_flush_timeout_s: lines keep flowing meanwhile,
+            # and lines and exit must still get theirs when an upload used all of it.
+            pending = self.uploader.pending
+            if pending:
+                self.collector.system(f"waiting for {pending} artifact upload(s) to finish")
+            if not self.uploader.drain(time.monotonic() + spec.final_flush_timeout_s):
+                self.collector.system(
+                    f"artifact uploads not finished within {spec.final_flush_timeout_s:g} s"
+                )
         deadline = time.monotonic() + spec.final_flush_timeout_s
         self.collector.system(f"workload exited with code {exit_code}")
         self.collector.close()
@@ -621,6 +680,8 @@ class Runner:
         """Stop the threads (bounded waits) and close the spool."""
         if self.heartbeat is not None:
             self.heartbeat.stop()
+        if self.uploader is not None:
+            self.uploader.stop()
         if self.sender is not None:
             self.sender.stop()
         if self.spool is not None:

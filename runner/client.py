@@ -16,6 +16,11 @@ raises accordingly:
 
 `call_with_retry` retries retryable errors with exponential backoff (0.2 s doubling to 10 s,
 with jitter) until an optional deadline or stop condition.
+
+Artifacts (`upload_artifact`, `download`) move raw bytes, streamed from and to files, never
+held in memory whole; their answers are classified the same way (a download's 2xx needs no
+JSON), and they wait up to `ARTIFACT_TIMEOUT_S` on the socket, since the control plane
+hashes and stores a whole upload before it answers.
 """
 
 from __future__ import annotations
@@ -23,15 +28,19 @@ from __future__ import annotations
 import enum
 import http.client
 import json
+import os
 import random
 import socket
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 REQUEST_TIMEOUT_S = 10.0
+ARTIFACT_TIMEOUT_S = 120.0
+DOWNLOAD_CHUNK_BYTES = 1024 * 1024
 USER_AGENT = "trainyard-runner/1"
 
 T = TypeVar("T")
@@ -93,6 +102,31 @@ def _parse_json(raw: bytes) -> Any:
         return None
 
 
+def _read_error_body(exc: urllib.error.HTTPError) -> bytes:
+    try:
+        return exc.read()
+    except (OSError, http.client.HTTPException):
+        return b""
+    finally:
+        exc.close()
+
+
+def _error_for(outcome: Outcome, detail: str, status: int, parsed: Any) -> ClientError:
+    """The exception for a non-OK outcome of an answer."""
+    error_type = _error_type(parsed)
+    if outcome is Outcome.SUPERSEDED:
+        return SupersededError(f"{detail} attempt_superseded", status)
+    suffix = f" {error_type}" if error_type else ""
+    if outcome is Outcome.FATAL:
+        return FatalError(detail + suffix, status)
+    return RetryableError(detail + suffix, status)
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urllib.parse.urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
 class ControlClient:
     """Talks to one job's runner endpoints. Thread-safe: each call opens its own connection.
 
@@ -103,33 +137,39 @@ class ControlClient:
     def __init__(
         self, control_url: str, job_id: str, token: str, *, timeout: float = REQUEST_TIMEOUT_S
     ) -> None:
-        self.base = f"{control_url.rstrip('/')}/api/v1/runner/jobs/{job_id}/"
+        self.control_url = control_url.rstrip("/")
+        self.base = f"{self.control_url}/api/v1/runner/jobs/{job_id}/"
         self._token = token
         self.timeout = timeout
         # Proxies from the environment are honoured (a workload host may need one); urllib
         # itself follows no_proxy.
         self._opener = urllib.request.build_opener()
 
-    def request(self, method: str, endpoint: str, body: Any = None) -> dict:
-        data = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
-        req = urllib.request.Request(self.base + endpoint, data=data, method=method)
+    def _request_object(
+        self, method: str, url: str, data: Any, content_type: str | None
+    ) -> urllib.request.Request:
+        req = urllib.request.Request(url, data=data, method=method)
         req.add_header("Authorization", f"Bearer {self._token}")
         req.add_header("Accept", "application/json")
         req.add_header("User-Agent", USER_AGENT)
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        where = f"{method} {endpoint}"
+        if content_type is not None:
+            req.add_header("Content-Type", content_type)
+        return req
+
+    def request(self, method: str, endpoint: str, body: Any = None) -> dict:
+        data = None if body is None else json.dumps(body, ensure_ascii=False).encode("utf-8")
+        req = self._request_object(
+            method, self.base + endpoint, data, None if data is None else "application/json"
+        )
+        return self._json_answer(req, f"{method} {endpoint}", self.timeout)
+
+    def _json_answer(self, req: urllib.request.Request, where: str, timeout: float) -> dict:
         try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
+            with self._opener.open(req, timeout=timeout) as resp:
                 status, raw = resp.status, resp.read()
         except urllib.error.HTTPError as exc:
             status = exc.code
-            try:
-                raw = exc.read()
-            except (OSError, http.client.HTTPException):
-                raw = b""
-            finally:
-                exc.close()
+            raw = _read_error_body(exc)
         except urllib.error.URLError as exc:
             raise RetryableError(f"{where}: {exc.reason}") from exc
         except (socket.timeout, TimeoutError) as exc:  # noqa: UP041 - distinct on 3.9
@@ -141,15 +181,50 @@ class ControlClient:
         outcome = classify(status, parsed)
         if outcome is Outcome.OK:
             return parsed
-        detail = f"{where}: HTTP {status}"
-        if outcome is Outcome.RETRY:
-            error_type = _error_type(parsed)
-            raise RetryableError(detail + (f" {error_type}" if error_type else ""), status)
-        if outcome is Outcome.SUPERSEDED:
-            raise SupersededError(f"{detail} attempt_superseded", status)
-        raise FatalError(
-            detail + (f" {_error_type(parsed)}" if _error_type(parsed) else ""), status
-        )
+        raise _error_for(outcome, f"{where}: HTTP {status}", status, parsed)
+
+    def upload_artifact(self, kind: str, step: int | None, path: str, sha256: str) -> dict:
+        """POST the file at `path` (a tar.gz) as an artifact, streamed from disk."""
+        query = urllib.parse.urlencode({"kind": kind, "step": "" if step is None else step})
+        endpoint = f"artifacts?{query}"
+        with open(path, "rb") as body:
+            req = self._request_object("POST", self.base + endpoint, body, "application/gzip")
+            req.add_header("Content-Length", str(os.fstat(body.fileno()).st_size))
+            req.add_header("X-Trainyard-SHA256", sha256)
+            return self._json_answer(req, f"POST {endpoint}", max(self.timeout, ARTIFACT_TIMEOUT_S))
+
+    def download(self, url: str, out: IO[bytes]) -> int:
+        """GET `url` (a path on the control plane, e.g. a spec's `download_url`) into `out`,
+        which is truncated first (so a retry starts over). Returns the bytes written.
+
+        Only the control plane's own origin is fetched: the token goes nowhere else."""
+        target = urllib.parse.urljoin(self.control_url + "/", url)
+        if _origin(target) != _origin(self.control_url):
+            raise FatalError(f"GET {url}: not on the control plane ({self.control_url})")
+        where = f"GET {urllib.parse.urlsplit(target).path}"
+        req = self._request_object("GET", target, None, None)
+        out.seek(0)
+        out.truncate()
+        written = 0
+        try:
+            with self._opener.open(req, timeout=max(self.timeout, ARTIFACT_TIMEOUT_S)) as resp:
+                while chunk := resp.read(DOWNLOAD_CHUNK_BYTES):
+                    out.write(chunk)
+                    written += len(chunk)
+        except urllib.error.HTTPError as exc:
+            parsed = _parse_json(_read_error_body(exc))
+            outcome = classify(exc.code, parsed)
+            if outcome is Outcome.OK:  # a 2xx that urllib calls an error: not one of ours
+                outcome = Outcome.RETRY
+            raise _error_for(outcome, f"{where}: HTTP {exc.code}", exc.code, parsed) from None
+        except urllib.error.URLError as exc:
+            raise RetryableError(f"{where}: {exc.reason}") from exc
+        except (socket.timeout, TimeoutError) as exc:  # noqa: UP041 - distinct on 3.9
+            raise RetryableError(f"{where}: timed out") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise RetryableError(f"{where}: {exc!r}") from exc
+        out.flush()
+        return written
 
     def get_spec(self) -> dict:
         return self.request("GET", "spec")

@@ -18,6 +18,10 @@ workload sent until a newline arrives. For each line:
 
 `system(message)` adds the runner's own lines (source `system`, stream `stdout`) to the same
 sequence. After `close()` nothing more is spooled, so the last seq is final.
+
+`on_stdout_line` (optional) sees the text of each complete stdout line of the workload, before
+masking, after the line was spooled (the artifact uploader looks for its JSON lines there).
+A line longer than the read buffer is not shown to it.
 """
 
 from __future__ import annotations
@@ -77,12 +81,14 @@ class OutputCollector:
         masker: Masker,
         *,
         notify: Callable[[], object] | None = None,
+        on_stdout_line: Callable[[str], object] | None = None,
         max_message_chars: int = MAX_MESSAGE_CHARS,
         read_chunk_bytes: int = READ_CHUNK_BYTES,
     ) -> None:
         self.spool = spool
         self.masker = masker
         self.notify = notify
+        self.on_stdout_line = on_stdout_line
         self.max_message_chars = max_message_chars
         self.read_chunk_bytes = read_chunk_bytes
         self._hold_back = max(masker.max_form_len - 1, 1)
@@ -216,6 +222,8 @@ class OutputCollector:
         if text.endswith("\r"):
             text = text[:-1]
         self._emit("user", stream, split_message(self.masker.mask(text), self.max_message_chars))
+        if self.on_stdout_line is not None and stream == "stdout":
+            self.on_stdout_line(text)
 
     def _feed(self, stream: str, state: _LongLine, raw: bytes, *, final: bool) -> None:
         """Add the next bytes of a long line; with `final`, they end it."""

@@ -277,6 +277,21 @@ class Artifact(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["job", "kind", "-step"], name="artifact_job_kind_step")]
+        constraints = [
+            # A retried upload is stored once (apps.jobs.artifacts.artifact_store). Two
+            # partial constraints rather than one with NULLS NOT DISTINCT, which SQLite (the
+            # embedded default) lacks: the final adapter has no step.
+            models.UniqueConstraint(
+                fields=["job", "attempt", "kind", "step"],
+                condition=Q(step__isnull=False),
+                name="artifact_once_per_step",
+            ),
+            models.UniqueConstraint(
+                fields=["job", "attempt", "kind"],
+                condition=Q(step__isnull=True),
+                name="artifact_once_without_step",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} {self.storage_path}"

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.api_errors import error_body
 from apps.accounts.errors import InvalidRequest
-from apps.jobs import ingestion, supervision
+from apps.jobs import artifacts, ingestion, supervision
 from apps.jobs.models import Attempt
 from apps.jobs.supervision import AttemptSuperseded
 from apps.jobs.tokens import nonce_from
@@ -98,8 +98,9 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
             "heartbeat_interval_s": settings.HEARTBEAT_INTERVAL_S,
             "log_batch_max_lines": settings.LOG_BATCH_MAX_LINES,
             "log_batch_max_interval_s": settings.LOG_BATCH_MAX_INTERVAL_S,
-            "terminate_grace_s": supervision.grace_for(job.reason) or settings.TERMINATE_GRACE_S,
+            "terminate_grace_s": settings.TERMINATE_GRACE_S,
             "final_flush_timeout_s": 600,
+            "resume_from": artifacts.resume_from(job),
         }
     )
 

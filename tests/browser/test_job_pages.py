@@ -118,3 +118,26 @@ def test_form_errors_show_next_to_their_fields(signed_in, team):
     )
     expect(page.locator("#container-script_b64_error")).to_have_count(0)
     assert not Job.objects.filter(organization=team["org"]).exists()
+
+
+def test_a_finetune_from_the_form_shows_its_curve_checkpoints_and_adapter(
+    signed_in, team, tiny_model, demo_data, screenshot
+):
+    page = signed_in(team["member"])
+    page.goto("/o/studio/projects/speech/jobs/new/")
+    form = page.locator("#finetune-form")
+    form.get_by_label("Job name").fill("tiny-lora")
+    form.get_by_label("Model").fill(str(tiny_model))
+    form.get_by_label("Dataset", exact=True).fill(str(demo_data["chatml"]))
+    form.get_by_label("Dataset format").select_option("chatml")
+    form.get_by_label("Max steps").fill("20")
+    form.get_by_label("Learning rate").fill("0.003")
+    form.get_by_role("button", name="Start fine-tune").click()
+
+    page.wait_for_url(re.compile(r"/o/studio/jobs/job_\w+/$"))
+    expect(page.locator('#job-status[data-state="succeeded"]')).to_be_visible(timeout=300_000)
+    expect(page.locator("#loss-chart")).to_have_attribute("data-points", "20")
+    expect(page.locator("#job-artifacts")).to_contain_text("final adapter")
+    expect(page.locator("#job-artifacts tr", has_text="checkpoint")).to_have_count(2)
+    expect(page.locator("#job-artifacts")).to_contain_text("Self-grading passed")
+    screenshot(page, "finetune-succeeded")

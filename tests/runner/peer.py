@@ -1,9 +1,10 @@
 """The runner's peer in unit tests: a real HTTP server on 127.0.0.1, in a thread.
 
 `HttpServer` answers every request with a handler function; `ControlPlane` is a minimal
-implementation of `docs/runner-protocol.md` (spec, started, logs, heartbeat, exit) that
-records what the runner sent. The control plane's real endpoints (apps/jobs) are tested on
-their own; here the runner is tested against the contract, over real sockets.
+implementation of `docs/runner-protocol.md` (spec, started, logs, heartbeat, exit, artifact
+upload and download) that records what the runner sent. The control plane's real endpoints
+(apps/jobs) are tested on their own; here the runner is tested against the contract, over real
+sockets.
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs
 
 Handler = Callable[[str, str, dict, Any], "tuple[int, Any]"]
 
 
 class HttpServer:
     """Serves `handler(method, path, headers, json_body) -> (status, json_answer)`.
+
+    A body that is not `application/json` reaches the handler as raw bytes; an answer that is
+    `bytes` goes out as it is (`application/octet-stream`).
 
     `stop()` closes the listening socket (connections are then refused); `start()` again
     listens on the same port.
@@ -42,11 +47,19 @@ class HttpServer:
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
-                body = json.loads(raw) if raw else None
+                content_type = self.headers.get("Content-Type") or "application/json"
+                if content_type.startswith("application/json"):
+                    body = json.loads(raw) if raw else None
+                else:
+                    body = raw
                 status, answer = outer.handler(self.command, self.path, dict(self.headers), body)
-                data = json.dumps(answer).encode() if answer is not None else b""
+                if isinstance(answer, bytes):
+                    data, content_type = answer, "application/octet-stream"
+                else:
+                    data = json.dumps(answer).encode() if answer is not None else b""
+                    content_type = "application/json"
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -76,6 +89,12 @@ class ControlPlane:
 
     Set `orders` (a list) to answer the next heartbeats with those orders in turn, or
     `heartbeat_status` to answer heartbeats with an error (e.g. 409 superseded).
+
+    Artifacts: every upload try is recorded in `upload_tries`; `upload_statuses` (a list)
+    answers the next tries with those statuses in turn (e.g. 503 to make the runner retry);
+    an accepted upload lands in `uploads` (kind, step, sha256 header, body) once per
+    (kind, step). `downloads` maps a path (`/api/v1/...`) to the bytes it serves;
+    `download_statuses` answers the next downloads with errors, like `upload_statuses`.
     """
 
     def __init__(self, *, job_id: str, token: str, spec: dict) -> None:
@@ -93,6 +112,12 @@ class ControlPlane:
         self.exits: list[dict] = []
         self.orders: list[str] = []
         self.heartbeat_status: tuple[int, Any] | None = None
+        self.upload_tries: list[dict] = []
+        self.upload_statuses: list[int] = []
+        self.uploads: list[dict] = []
+        self.downloads: dict[str, bytes] = {}
+        self.download_tries: list[str] = []
+        self.download_statuses: list[int] = []
         self.server = HttpServer(self.handle)
 
     @property
@@ -107,6 +132,13 @@ class ControlPlane:
             return 404, {"error": {"type": "not_found"}}
         endpoint = path[len(prefix) :]
         with self.lock:
+            if method == "POST" and endpoint.startswith("artifacts?"):
+                return self._upload(endpoint, headers, body)
+            if method == "GET" and path in self.downloads:
+                self.download_tries.append(path)
+                if self.download_statuses:
+                    return self.download_statuses.pop(0), {"error": {"type": "unavailable"}}
+                return 200, self.downloads[path]
             if (method, endpoint) == ("GET", "spec"):
                 self.spec_fetches += 1
                 return 200, self.spec
@@ -135,6 +167,26 @@ class ControlPlane:
                 self.exits.append(body)
                 return 200, {"ok": True}
         return 404, {"error": {"type": "not_found"}}
+
+    def _upload(self, endpoint: str, headers: dict, body: bytes) -> tuple[int, Any]:
+        headers = {name.lower(): value for name, value in headers.items()}
+        query = parse_qs(endpoint.partition("?")[2], keep_blank_values=True)
+        kind, step = query["kind"][0], query["step"][0]
+        upload = {
+            "kind": kind,
+            "step": int(step) if step else None,
+            "sha256": headers.get("x-trainyard-sha256"),
+            "content_type": headers.get("content-type"),
+            "body": body,
+        }
+        self.upload_tries.append(upload)
+        if self.upload_statuses:
+            return self.upload_statuses.pop(0), {"error": {"type": "unavailable"}}
+        for number, stored in enumerate(self.uploads, start=1):
+            if (stored["kind"], stored["step"]) == (upload["kind"], upload["step"]):
+                return 200, {"id": f"art_{number}", "sha256": stored["sha256"]}
+        self.uploads.append(upload)
+        return 201, {"id": f"art_{len(self.uploads)}", "sha256": upload["sha256"]}
 
     def messages(self, source: str | None = None) -> list[str]:
         """The stored messages in seq order (optionally of one source)."""

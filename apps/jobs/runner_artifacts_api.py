@@ -1,0 +1,89 @@
+"""The runner's artifact endpoints (docs/runner-protocol.md, "Artifacts and resume"):
+
+- `POST jobs/<job id>/artifacts?kind=checkpoint|adapter&step=<n or empty>`: the body is the
+  raw tar.gz (`Content-Type: application/gzip`), `X-Trainyard-SHA256` its hex digest. 201
+  `{"id", "sha256", "size_bytes"}` when stored, 200 with the stored one on a repeat, 400 on a
+  bad query or a digest that does not match (nothing is stored then).
+- `GET jobs/<job id>/artifacts/<artifact pk>/download`: the stored tar.gz of one of the job's
+  artifacts (another job's is a 404), for a runner resuming from a checkpoint.
+
+The body is read with `request.read()` in chunks and never through `request.body`: that
+would hold a checkpoint of gigabytes in memory, and Django refuses it past
+DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) anyway. Under ASGI Django has already spooled the body
+to a temporary file (in memory only up to FILE_UPLOAD_MAX_MEMORY_SIZE), so memory stays
+bounded end to end.
+
+Any attempt of the job may upload, not only the current one: a late checkpoint of a
+preempted attempt is still the newest progress the job made.
+"""
+
+from __future__ import annotations
+
+from django.core.files.storage import default_storage
+from django.http import FileResponse, HttpRequest, JsonResponse
+from django.views.decorators.http import require_GET, require_POST
+
+from apps.accounts.api_errors import error_body
+from apps.accounts.errors import InvalidRequest
+from apps.jobs import artifacts
+from apps.jobs.models import Attempt
+from apps.jobs.runner_api import runner_endpoint
+
+
+def _not_found(message: str = "Not found.") -> JsonResponse:
+    return JsonResponse(error_body("not_found", message, None), status=404)
+
+
+def _step_param(request: HttpRequest) -> int | None:
+    raw = request.GET.get("step", "").strip()
+    if raw == "":
+        return None
+    if not raw.isdigit():
+        raise InvalidRequest("step must be a whole number of at least 0.", param="step")
+    return int(raw)
+
+
+def _out(artifact) -> dict:
+    return {
+        "id": artifacts.public_artifact_id(artifact),
+        "sha256": artifact.sha256,
+        "size_bytes": artifact.size_bytes,
+    }
+
+
+@require_POST
+@runner_endpoint
+def upload(request: HttpRequest, attempt: Attempt) -> JsonResponse:
+    kind = request.GET.get("kind", "")
+    step = _step_param(request)
+    sha256 = request.headers.get("X-Trainyard-SHA256", "").strip().lower()
+    # Checked here too, so a repeat is recognised before the body is read.
+    artifacts.validate_artifact_key(kind=kind, step=step, sha256=sha256)
+    existing = artifacts.artifact_find(attempt=attempt, kind=kind, step=step)
+    if existing is not None:
+        return JsonResponse(_out(existing), status=200)
+    # Two identical uploads racing each other may both be answered 201, with the same id.
+    stored = artifacts.artifact_store(
+        attempt=attempt, kind=kind, step=step, fileobj=request, sha256=sha256
+    )
+    return JsonResponse(_out(stored), status=201)
+
+
+@require_GET
+def download(request: HttpRequest, job_id: str, artifact_id: int):
+    """`runner_endpoint` hands a view the attempt only; the artifact id rides in a closure."""
+
+    @runner_endpoint
+    def serve(request: HttpRequest, attempt: Attempt):
+        artifact = artifacts.artifact_for_job(attempt.job, artifact_id)
+        if artifact is None:
+            return _not_found()
+        try:
+            handle = default_storage.open(artifact.storage_path, "rb")
+        except FileNotFoundError:
+            return _not_found("The artifact's file is gone.")
+        response = FileResponse(handle, content_type="application/gzip")
+        response["X-Trainyard-SHA256"] = artifact.sha256
+        return response
+
+    return serve(request, job_id)
