@@ -169,6 +169,8 @@ STORAGES = {
 }
 MEDIA_ROOT = Path(env_str("MEDIA_ROOT", str(VAR_DIR / "media")))
 MEDIA_URL = "media/"
+# The largest dataset file a project may upload (bytes); every row is checked on upload.
+DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 50 * 1024 * 1024)
 
 
 def _default_fernet_key(secret_key: str) -> str:

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from apps.accounts.models import Organization, User
 from apps.core.ids import new_public_id
+from apps.jobs.finetune import DATASET_FORMATS
 
 
 def new_project_id() -> str:
@@ -42,3 +43,34 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return f"{self.organization.slug}/{self.slug}"
+
+
+def new_dataset_id() -> str:
+    return new_public_id("ds")
+
+
+def dataset_upload_to(instance: Dataset, filename: str) -> str:
+    return f"datasets/{instance.project.public_id}/{filename}"
+
+
+class Dataset(models.Model):
+    """A training file uploaded to a project, checked row by row before it was stored.
+    Its local path (`file.path`) goes in the fine-tune form's Dataset field."""
+
+    public_id = models.CharField(max_length=32, unique=True, default=new_dataset_id, editable=False)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=200)
+    file = models.FileField(upload_to=dataset_upload_to, max_length=500)
+    dataset_format = models.CharField(max_length=32, choices=DATASET_FORMATS)
+    rows = models.PositiveIntegerField()
+    size_bytes = models.PositiveBigIntegerField()
+    uploaded_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.project}/{self.name}"

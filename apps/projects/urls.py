@@ -10,4 +10,14 @@ urlpatterns = [
         views.project_detail,
         name="project-detail",
     ),
+    path(
+        "o/<slug:org_slug>/projects/<slug:project_slug>/datasets/",
+        views.project_datasets,
+        name="project-datasets",
+    ),
+    path(
+        "o/<slug:org_slug>/projects/<slug:project_slug>/datasets/<str:dataset_id>/",
+        views.project_dataset,
+        name="project-dataset",
+    ),
 ]
