@@ -48,3 +48,39 @@ def test_production_refuses_to_start_without_a_secret_key():
     result = _manage("check", env={**env, "SECRET_KEY": ""})
     assert result.returncode != 0
     assert "SECRET_KEY must be set" in result.stderr
+
+
+def _debug_seen_by_manage_py(env: dict[str, str]) -> str:
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("DJANGO_") and k not in {"DEBUG", "SECRET_KEY", "SECRETS_KEYS"}
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "manage.py",
+            "shell",
+            "-c",
+            "from django.conf import settings; print(settings.DEBUG)",
+        ],
+        cwd=ROOT,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "config.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_manage_py_with_nothing_configured_is_a_development_tool():
+    assert _debug_seen_by_manage_py({}) == "True"
+
+
+def test_manage_py_keeps_debug_off_wherever_a_secret_key_is_set():
+    env = {
+        "SECRET_KEY": PRODUCTION_ENV["SECRET_KEY"],
+        "SECRETS_KEYS": PRODUCTION_ENV["SECRETS_KEYS"],
+    }
+    assert _debug_seen_by_manage_py(env) == "False"
