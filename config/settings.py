@@ -240,6 +240,8 @@ HEARTBEAT_INTERVAL_S = env_float("HEARTBEAT_INTERVAL_S", 5.0)
 # A live attempt whose runner has not been heard from for this long is lost.
 HEARTBEAT_TIMEOUT_S = env_float("HEARTBEAT_TIMEOUT_S", 90.0)
 TERMINATE_GRACE_S = env_float("TERMINATE_GRACE_S", 10.0)
+# A job displaced or reclaimed more often than this fails `too_many_preemptions`.
+PREEMPTION_MAX_PER_JOB = env_int("PREEMPTION_MAX_PER_JOB", 10)
 # A job that finds no capacity waits in `requested` this long, then fails `no_capacity`.
 NO_CAPACITY_TIMEOUT_S = env_float("NO_CAPACITY_TIMEOUT_S", 3600.0)
 # An allocation not launched after this long is launched again by reconcile (idempotently).

@@ -17,6 +17,7 @@ urlpatterns = [
     path("api/v1/compute/", include("apps.secrets.api_urls")),
     path("api/v1/compute/", include("apps.jobs.api_urls")),
     path("api/v1/runner/", include("apps.jobs.runner_urls")),
+    path("api/v1/operator/", include("apps.jobs.operator_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

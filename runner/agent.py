@@ -307,6 +307,7 @@ class Heartbeat:
         client: ControlClient,
         *,
         pid: int,
+        resumed_from_step: int | None = None,
         interval_s: float,
         last_seq: Callable[[], int],
         on_order: Callable[[str], None],
@@ -314,6 +315,7 @@ class Heartbeat:
     ) -> None:
         self.client = client
         self.pid = pid
+        self.resumed_from_step = resumed_from_step
         self.interval_s = interval_s
         self.last_seq = last_seq
         self.on_order = on_order
@@ -337,7 +339,7 @@ class Heartbeat:
 
     def _run(self) -> None:
         try:
-            answer = self._call(lambda: self.client.post_started(self.pid))
+            answer = self._call(lambda: self.client.post_started(self.pid, self.resumed_from_step))
             self.started_acked = True
             self._obey(answer)
             while not self._stop.wait(self.interval_s):
@@ -380,6 +382,8 @@ class Runner:
         self.sender: LogSender | None = None
         self.heartbeat: Heartbeat | None = None
         self.uploader: ArtifactUploader | None = None
+        # The checkpoint step the workload resumes from; None when it starts from scratch.
+        self.resumed_from_step: int | None = None
 
     # -- requests from other threads and signals -----------------------------------------
 
@@ -535,6 +539,7 @@ class Runner:
                 )
             return
         spec.env["TRAINYARD_RESUME_FROM"] = str(directory)
+        self.resumed_from_step = step
         self.collector.system(f"resuming from checkpoint at step {step}")
 
     def _start_workload(self, spec: JobSpec) -> tuple[subprocess.Popen | None, int]:
@@ -576,6 +581,7 @@ class Runner:
         heartbeat = Heartbeat(
             self.client,
             pid=proc.pid,
+            resumed_from_step=self.resumed_from_step,
             interval_s=spec.heartbeat_interval_s,
             last_seq=lambda: self.collector.last_seq if self.collector else 0,
             on_order=self.order,
@@ -655,8 +661,11 @@ class Runner:
         try:
             if self.heartbeat is not None and not self.heartbeat.started_acked:
                 pid = self.heartbeat.pid
+                step = self.resumed_from_step
                 call_with_retry(
-                    lambda: self.client.post_started(pid), deadline=deadline, on_retry=_log_retry
+                    lambda: self.client.post_started(pid, step),
+                    deadline=deadline,
+                    on_retry=_log_retry,
                 )
             call_with_retry(
                 lambda: self.client.post_exit(exit_code, last_seq),

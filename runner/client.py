@@ -229,8 +229,8 @@ class ControlClient:
     def get_spec(self) -> dict:
         return self.request("GET", "spec")
 
-    def post_started(self, pid: int) -> dict:
-        return self.request("POST", "started", {"pid": pid})
+    def post_started(self, pid: int, resumed_from_step: int | None = None) -> dict:
+        return self.request("POST", "started", {"pid": pid, "resumed_from_step": resumed_from_step})
 
     def post_logs(self, lines: list[dict]) -> dict:
         return self.request("POST", "logs", {"lines": lines})

@@ -21,11 +21,17 @@ from apps.catalog.models import Offer
 
 
 def offers_with_free_capacity(
-    *, accelerator: str, gpu_count: int, max_price_micros_hr: int | None = None
+    *,
+    accelerator: str,
+    gpu_count: int,
+    max_price_micros_hr: int | None = None,
+    markets: tuple[str, ...] | None = None,
+    min_free: int | None = None,
 ) -> list[Offer]:
     """Enabled offers (offer and provider enabled) of `accelerator` that rent `gpu_count`
-    GPUs per job, have at least `gpu_count` free now and, when `max_price_micros_hr` is
-    given, cost at most that for the whole job per hour. Cheapest first, then by id.
+    GPUs per job, have at least `gpu_count` free now (`min_free` when given: 0 lists full
+    offers too, for preemption) and, when `max_price_micros_hr` is given, cost at most that
+    for the whole job per hour; only `markets` when given. Cheapest first, then by id.
 
     Each offer carries three annotations:
     - `used`: GPUs held by its live attempts (`ended_at` NULL), 0 when none;
@@ -53,9 +59,11 @@ def offers_with_free_capacity(
             free=F("capacity") - F("used"),
             job_price_micros_hr=F("price_per_gpu_hour_micros") * Value(gpu_count),
         )
-        .filter(free__gte=gpu_count)
+        .filter(free__gte=gpu_count if min_free is None else min_free)
         .order_by("price_per_gpu_hour_micros", "id")
     )
+    if markets is not None:
+        offers = offers.filter(market__in=markets)
     if in_sql:
         offers = offers.filter(gpu_counts__contains=[gpu_count])
     if max_price_micros_hr is not None:

@@ -1,12 +1,16 @@
-"""Jobs in the admin are for looking, not editing: state changes go through the services."""
+"""Jobs in the admin are for looking, not editing: state changes go through the services.
+The one operator action, "reclaim", takes a running job's hardware back as a provider would
+(apps.jobs.preemption.reclaim_attempt)."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
+from apps.jobs import preemption
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent
 
 
 class AttemptInline(admin.TabularInline):
     model = Attempt
+    fk_name = "job"
     extra = 0
     can_delete = False
     fields = [
@@ -20,6 +24,8 @@ class AttemptInline(admin.TabularInline):
         "ended_at",
         "exit_code",
         "end_reason",
+        "preempted_by",
+        "billed_minutes",
     ]
     readonly_fields = fields
 
@@ -55,6 +61,24 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ["public_id", "name", "organization__slug"]
     list_select_related = ["organization", "project"]
     inlines = [AttemptInline, EventInline]
+    actions = ["reclaim"]
+
+    @admin.action(description="Reclaim hardware (the job is preempted and resumes)")
+    def reclaim(self, request, queryset) -> None:
+        reclaimed, skipped = [], []
+        for job in queryset:
+            try:
+                preemption.reclaim_attempt(job)
+            except preemption.NothingToReclaim:
+                skipped.append(job.public_id)
+            else:
+                reclaimed.append(job.public_id)
+        if reclaimed:
+            self.message_user(request, f"Reclaiming: {', '.join(reclaimed)}.", messages.SUCCESS)
+        if skipped:
+            self.message_user(
+                request, f"Not running, nothing to reclaim: {', '.join(skipped)}.", messages.WARNING
+            )
 
     def get_readonly_fields(self, request, obj=None):
         return [field.name for field in Job._meta.fields]

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from apps.core.money import micros_to_usd
 from apps.core.template_filters import usd
-from apps.jobs import services
+from apps.jobs import preemption, services
 from apps.jobs.models import Attempt, Job, JobEvent
 from apps.jobs.states import JobState
 from apps.jobs.tokens import token_for
@@ -30,7 +30,11 @@ from apps.providers.placement import lock_offer_with_capacity
 
 logger = logging.getLogger(__name__)
 
-DISPATCHABLE = frozenset({JobState.REQUESTED, JobState.ALLOCATING, JobState.PROVISIONING})
+DISPATCHABLE = frozenset(
+    {JobState.REQUESTED, JobState.PREEMPTED, JobState.ALLOCATING, JobState.PROVISIONING}
+)
+# Jobs waiting for a place: new ones, and preempted ones waiting to run again.
+WAITING = frozenset({JobState.REQUESTED, JobState.PREEMPTED})
 
 
 def dispatch(job_id: int) -> None:
@@ -57,22 +61,26 @@ def _count_delivery(job_id: int) -> bool:
 
 
 def allocate(job_id: int) -> Attempt | None:
-    """Place a `requested` job on the cheapest offer with room: create its Attempt with the
-    price captured now (billing starts here) and move it to `allocating`. Without capacity
-    the job waits; after NO_CAPACITY_TIMEOUT_S it fails `no_capacity`."""
+    """Place a waiting job on the cheapest offer with room: create its Attempt with the
+    price captured now (billing starts here) and move it to `allocating` (a preempted job
+    goes back through `requested`). Without capacity a standard job displaces a preemptible
+    one (apps.jobs.preemption) and waits for its place; a new job that still finds none
+    after NO_CAPACITY_TIMEOUT_S fails `no_capacity`. A preempted job keeps waiting."""
     with transaction.atomic():
         job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
-        if job is None or job.state != JobState.REQUESTED:
+        if job is None or job.state not in WAITING:
             return None
-        offer = lock_offer_with_capacity(
-            accelerator=job.accelerator,
-            gpu_count=job.gpu_count,
-            max_price_micros_hr=job.max_price_micros_hr,
-        )
+        offer = lock_offer_with_capacity(job)
         now = timezone.now()
         if offer is None:
+            if job.state == JobState.REQUESTED and preemption.displace_for(job) is not None:
+                return None
             _wait_for_capacity(job, now)
             return None
+        if job.state == JobState.PREEMPTED:
+            services.job_transition(
+                job_id=job.pk, to=JobState.REQUESTED, message="Placed again after preemption."
+            )
         number = job.attempt_count + 1
         attempt = Attempt.objects.create(
             job=job,
@@ -110,7 +118,8 @@ def allocate(job_id: int) -> Attempt | None:
 
 def _wait_for_capacity(job: Job, now) -> None:
     waited = now - job.queued_at
-    if waited >= timedelta(seconds=settings.NO_CAPACITY_TIMEOUT_S):
+    timed_out = waited >= timedelta(seconds=settings.NO_CAPACITY_TIMEOUT_S)
+    if timed_out and job.state == JobState.REQUESTED:
         _fail(job, "no_capacity", f"No capacity for {job.accelerator} x{job.gpu_count} in time.")
         return
     already_said = JobEvent.objects.filter(

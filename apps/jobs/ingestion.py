@@ -221,7 +221,10 @@ def _store_metrics(job: Job, attempt: int, inserted) -> list[int]:
         if step is None:
             if next_step is None:
                 next_step = (
-                    MetricPoint.objects.filter(job=job).aggregate(m=Max("step"))["m"] or 0
+                    MetricPoint.objects.filter(job=job, superseded=False).aggregate(m=Max("step"))[
+                        "m"
+                    ]
+                    or 0
                 ) + 1
             step = next_step
         next_step = step + 1

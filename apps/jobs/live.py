@@ -15,6 +15,7 @@ from django.db.models import Prefetch
 from django.template.loader import render_to_string
 
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine, MetricPoint
+from apps.jobs.preemption import RESUME_EVENTS
 from apps.jobs.states import JobState
 
 WINDOW = 100
@@ -49,7 +50,10 @@ def job_for_push(job_pk: int) -> Job:
         Job.objects.select_related("project", "organization")
         .prefetch_related(
             Prefetch(
-                "attempts", queryset=Attempt.objects.select_related("provider").order_by("number")
+                "attempts",
+                queryset=Attempt.objects.select_related("provider", "preempted_by").order_by(
+                    "number"
+                ),
             )
         )
         .get(pk=job_pk)
@@ -90,13 +94,24 @@ def chart_points(points) -> list[list[float | None]]:
 def initial_chart(job: Job) -> list[list[float | None]]:
     """Every point, or an even sample of CHART_MAX_POINTS of them (plain tuples, no model
     instances: a long run has tens of thousands)."""
-    rows = MetricPoint.objects.filter(job=job, loss__isnull=False).order_by("id")
+    rows = MetricPoint.objects.filter(job=job, loss__isnull=False, superseded=False).order_by("id")
     count = rows.count()
     triples = rows.values_list("id", "step", "loss")
     if count > CHART_MAX_POINTS:
         stride = count // CHART_MAX_POINTS + 1
         return [list(t) for index, t in enumerate(triples.iterator()) if index % stride == 0]
     return [list(t) for t in triples]
+
+
+def resume_steps(job: Job) -> list[int]:
+    """Steps where a later attempt picked up the run (0: it started over), marked on the
+    loss chart."""
+    return [
+        int((data or {}).get("step") or 0)
+        for data in JobEvent.objects.filter(job=job, type__in=RESUME_EVENTS)
+        .order_by("id")
+        .values_list("data", flat=True)
+    ]
 
 
 def window_rows(job: Job) -> list[Row]:
@@ -151,6 +166,7 @@ def render_page_context(job: Job) -> dict:
         "log_lines": window_logs(job),
         "has_older_logs": job.user_log_lines + job.system_log_lines > WINDOW,
         "chart_points": initial_chart(job),
+        "chart_resumes": resume_steps(job),
         "config_json": json.dumps(job.spec, indent=2, sort_keys=True),
         **{key: value for key, value in artifacts_context(job).items() if key != "job"},
     }
@@ -172,6 +188,7 @@ def render_push(job: Job, *, seq: int, event_ids, log_ids, metric_ids, state_cha
     rows = [event_row(e) for e in events]
     if any(event.type in ARTIFACT_EVENTS for event in events):
         parts.append(_render("artifacts.html", {**artifacts_context(job), "oob": True}))
+    parts += [_resume_part(event) for event in events if event.type in RESUME_EVENTS]
     points = list(MetricPoint.objects.filter(id__in=metric_ids).order_by("id"))
     rows += [metric_row(p) for p in points]
     if rows:
@@ -198,6 +215,7 @@ def render_catch_up(job: Job, *, after_event: int, after_log: int, after_metric:
     )
     if rows:
         parts.append(f'<div hx-swap-oob="beforeend:#events-body">{_render_rows(rows)}</div>')
+    parts += [_resume_part(event) for event in events if event.type in RESUME_EVENTS]
     if points:
         parts.append(_metric_parts(job, points[-1], points))
     new_logs = LogLine.objects.filter(job=job, id__gt=after_log)
@@ -220,6 +238,13 @@ def _metric_parts(job: Job, latest: MetricPoint, points) -> str:
     card = _render("metrics_card.html", {"latest": latest, "oob": True})
     feed = _render("chart_feed.html", {"points_json": json.dumps(chart_points(points))})
     return card + f'<div hx-swap-oob="beforeend:#chart-feed">{feed}</div>'
+
+
+def _resume_part(event: JobEvent) -> str:
+    """A resume marker for the chart: the page drops points past the step (they are trained
+    again) and draws a line there."""
+    feed = _render("chart_resume.html", {"step": int(event.data.get("step") or 0)})
+    return f'<div hx-swap-oob="beforeend:#chart-feed">{feed}</div>'
 
 
 def _log_part(lines, *, skipped: int) -> str:

@@ -77,6 +77,9 @@ class Job(models.Model):
     accrued_micros = models.BigIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)
     attempt_count = models.PositiveIntegerField(default=0)
+    # Times the job lost its hardware to a higher-priority job or a reclaim; past
+    # PREEMPTION_MAX_PER_JOB it fails `too_many_preemptions` (apps.jobs.preemption).
+    preemption_count = models.PositiveIntegerField(default=0)
     # Deliveries of dispatch work since the job last moved on; too many means a task keeps
     # crashing on this job, which then fails (`dispatch_crash`) instead of looping.
     dispatch_deliveries = models.PositiveSmallIntegerField(default=0)
@@ -168,6 +171,15 @@ class Attempt(models.Model):
     token_nonce = models.CharField(max_length=32, unique=True, default=new_token_nonce)
     launched_at = models.DateTimeField(null=True, blank=True)
     terminate_requested_at = models.DateTimeField(null=True, blank=True)
+    # Set when placement displaces this attempt for a standard job (`preempted_by`): the
+    # runner is told `checkpoint_and_exit`; the capacity it frees is held for that job.
+    preempt_requested_at = models.DateTimeField(null=True, blank=True)
+    preempted_by = models.ForeignKey(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="displaced_attempts"
+    )
+    # Set when the hardware was taken back (an operator's reclaim, a lapsed heartbeat): the
+    # attempt's end, whatever its exit code, is a reclaim, not a failure.
+    reclaim_reason = models.CharField(max_length=64, blank=True)
     allocated_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
@@ -187,6 +199,11 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}#{self.number}"
+
+    @property
+    def cost_micros(self) -> int:
+        """What this attempt was billed: its own whole minutes at its own price."""
+        return self.billed_minutes * self.price_micros_hr // 60
 
 
 class JobEvent(models.Model):
@@ -250,6 +267,9 @@ class MetricPoint(models.Model):
     epoch = models.FloatField(null=True, blank=True)
     learning_rate = models.FloatField(null=True, blank=True)
     extra = models.JSONField(default=dict, blank=True)
+    # A later attempt resumed from a checkpoint before this step (or restarted from the
+    # beginning): the step was trained again, and the final curve shows the newer point.
+    superseded = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

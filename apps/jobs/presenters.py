@@ -11,8 +11,14 @@ from apps.jobs.states import JobState
 
 
 class AttemptOut(serializers.ModelSerializer):
+    """One run of the workload. `preempted_by` names the job that displaced it (null when
+    none, or when that job belongs to another organization); `billed_usd` is this attempt's
+    own minutes at its own price."""
+
     provider = serializers.SerializerMethodField()
     price_usd_hr = serializers.SerializerMethodField()
+    billed_usd = serializers.SerializerMethodField()
+    preempted_by = serializers.SerializerMethodField()
 
     class Meta:
         model = Attempt
@@ -27,7 +33,19 @@ class AttemptOut(serializers.ModelSerializer):
             "ended_at",
             "exit_code",
             "end_reason",
+            "billed_minutes",
+            "billed_usd",
+            "preempted_by",
         ]
+
+    def get_billed_usd(self, attempt: Attempt) -> float:
+        return micros_to_usd(attempt.cost_micros)
+
+    def get_preempted_by(self, attempt: Attempt) -> str | None:
+        by = attempt.preempted_by
+        if by is None or by.organization_id != attempt.job.organization_id:
+            return None
+        return by.public_id
 
     def get_provider(self, attempt: Attempt) -> str | None:
         return attempt.provider.name if attempt.provider else None
@@ -93,6 +111,7 @@ class JobOut(serializers.Serializer):
     started_at = serializers.DateTimeField(allow_null=True)
     terminal_at = serializers.DateTimeField(allow_null=True)
     exit_code = serializers.IntegerField(allow_null=True)
+    preemption_count = serializers.IntegerField()
     attempts = AttemptOut(many=True)
 
     def _last_attempt(self, job: Job) -> Attempt | None:

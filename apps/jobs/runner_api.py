@@ -108,7 +108,13 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
 @require_POST
 @runner_endpoint
 def started(request: HttpRequest, attempt: Attempt) -> JsonResponse:
-    return JsonResponse({"order": supervision.runner_started(attempt.pk)})
+    body = _json_body(request)
+    step = body.get("resumed_from_step") if isinstance(body, dict) else None
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise InvalidRequest(
+            "resumed_from_step must be a non-negative whole number.", param="resumed_from_step"
+        )
+    return JsonResponse({"order": supervision.runner_started(attempt.pk, step)})
 
 
 @require_POST

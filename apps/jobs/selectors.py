@@ -19,7 +19,7 @@ def job_for_org(organization: Organization, public_id: str) -> Job:
     job = (
         Job.objects.for_org(organization)
         .select_related("project")
-        .prefetch_related(_attempts_prefetch())
+        .prefetch_related(attempts_prefetch())
         .filter(public_id=public_id)
         .first()
     )
@@ -28,9 +28,10 @@ def job_for_org(organization: Organization, public_id: str) -> Job:
     return job
 
 
-def _attempts_prefetch() -> Prefetch:
+def attempts_prefetch() -> Prefetch:
     return Prefetch(
-        "attempts", queryset=Attempt.objects.select_related("provider").order_by("number")
+        "attempts",
+        queryset=Attempt.objects.select_related("provider", "preempted_by").order_by("number"),
     )
 
 
@@ -56,7 +57,7 @@ def job_list(
             raise InvalidRequest(f"Unknown state {state!r}.", param="state")
         jobs = jobs.filter(state=state)
         counters = counters.filter(state=state)
-    jobs = jobs.select_related("project").prefetch_related(_attempts_prefetch())
+    jobs = jobs.select_related("project").prefetch_related(attempts_prefetch())
     rows, next_cursor = created_page(jobs, page)
     total = counters.aggregate(total=Sum("count"))["total"] or 0
     return rows, next_cursor, total

@@ -21,7 +21,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.core.transactions import after_commit
-from apps.jobs import services
+from apps.jobs import preemption, services
 from apps.jobs.finetune import GRADING_FAILED_EXIT
 from apps.jobs.models import Attempt, Job, LogLine
 from apps.jobs.states import JobState
@@ -49,7 +49,7 @@ def accounted_seconds(start: datetime, end: datetime) -> float:
 
 
 def attempt_cost_micros(attempt: Attempt) -> int:
-    return attempt.billed_minutes * attempt.price_micros_hr // 60
+    return attempt.cost_micros
 
 
 def bill(job: Job, now: datetime | None = None) -> int:
@@ -108,10 +108,14 @@ def order_for(job: Job, attempt: Attempt) -> str:
     """The order a runner's heartbeat answer carries."""
     if attempt.ended_at is not None or job.state == JobState.TERMINATING:
         return "terminate"
+    if attempt.preempt_requested_at is not None:
+        return "checkpoint_and_exit"
     return "continue"
 
 
-def runner_started(attempt_id: int) -> str:
+def runner_started(attempt_id: int, resumed_from_step: int | None = None) -> str:
+    """The runner started the workload (`resumed_from_step`: the checkpoint step it
+    resumes from, None when it starts from the beginning)."""
     with transaction.atomic():
         job, attempt = _lock_current(attempt_id)
         if attempt.ended_at is not None:
@@ -126,6 +130,7 @@ def runner_started(attempt_id: int) -> str:
                 type="workload_started",
                 message="The workload started.",
             )
+            preemption.record_resume(job, attempt, resumed_from_step)
         if job.state == JobState.PROVISIONING:
             job = services.job_transition(job_id=job.pk, to=JobState.RUNNING)
         return order_for(job, attempt)
@@ -142,9 +147,12 @@ def runner_heartbeat(attempt_id: int) -> str:
 
 def runner_exited(attempt_id: int, exit_code: int) -> None:
     """Record the workload's exit code (from the runner or the backend's poll) and move the
-    job on; finishing (release, final state) follows in `finalize`."""
+    job on: to `preempted` when the attempt was displaced or reclaimed, else towards its
+    final state, which `finalize` sets after releasing the hardware."""
     with transaction.atomic():
         job, attempt = _lock_current(attempt_id)
+        if attempt.ended_at is not None:
+            return
         if attempt.exit_code is None:
             attempt.exit_code = exit_code
             attempt.save(update_fields=["exit_code"])
@@ -155,6 +163,10 @@ def runner_exited(attempt_id: int, exit_code: int) -> None:
                 message=f"The workload exited with code {exit_code}.",
                 data={"exit_code": exit_code},
             )
+        reason = preemption.preemption_reason(job, attempt, attempt.exit_code)
+        if reason is not None:
+            preemption.preempt(job, attempt, reason=reason)
+            return
         if job.state == JobState.PROVISIONING:
             job = services.job_transition(job_id=job.pk, to=JobState.RUNNING)
         if job.state == JobState.RUNNING:
@@ -239,10 +251,13 @@ def supervise(attempt_id: int) -> None:
     if job.state == JobState.TERMINATING and attempt.terminate_requested_at is None:
         backend.terminate(attempt.handle, grace_for(job.reason))
         Attempt.objects.filter(pk=attempt.pk).update(terminate_requested_at=timezone.now())
+    elif preemption.stop_overdue(attempt):
+        backend.terminate(attempt.handle, settings.TERMINATE_GRACE_S)
+        Attempt.objects.filter(pk=attempt.pk).update(terminate_requested_at=timezone.now())
     result = backend.poll(attempt.handle)
     if result.state == "running":
         if job.state != JobState.TERMINATING and _heartbeat_lapsed(attempt):
-            _lost(attempt.pk, "heartbeat_lost", "No heartbeat from the runner in time.")
+            preemption.kill_silent(attempt)
         return
     if result.state == "exited" and result.exit_code is not None:
         try:
@@ -254,6 +269,8 @@ def supervise(attempt_id: int) -> None:
     if job.state == JobState.TERMINATING:
         finalize_terminating_without_runner(job.pk)
         return
+    # Gone without an exit record: make sure nothing of it is left before a new attempt.
+    backend.release(attempt.handle)
     _lost(attempt.pk, result.state, result.detail or "The workload was lost.")
 
 
@@ -274,8 +291,9 @@ def _heartbeat_lapsed(attempt: Attempt) -> bool:
 
 
 def _lost(attempt_id: int, reason: str, message: str) -> None:
-    """The workload is gone without an exit (or silent too long): end the attempt and fail
-    the job. Preemption will turn this into a re-queue."""
+    """The workload is gone without an exit: a running job's hardware was reclaimed (it is
+    preempted and placed again); a terminating one is terminated; one that was already
+    finishing fails."""
     with transaction.atomic():
         try:
             job, attempt = _lock_current(attempt_id)
@@ -290,6 +308,9 @@ def _lost(attempt_id: int, reason: str, message: str) -> None:
             message=message,
             data={"reason": reason},
         )
+        if job.state in preemption.DISPLACEABLE_STATES:
+            preemption.preempt(job, attempt, reason=preemption.RECLAIMED, detail=reason)
+            return
         end_attempt(attempt, reason=reason)
         if job.state == JobState.RUNNING:
             job = services.job_transition(job_id=job.pk, to=JobState.FINALIZING)
@@ -336,7 +357,7 @@ def reconcile() -> dict[str, int]:
     stall = now - timedelta(seconds=settings.LAUNCH_STALL_S)
     to_dispatch = list(
         Job.objects.filter(
-            Q(state=JobState.REQUESTED)
+            Q(state__in=[JobState.REQUESTED, JobState.PREEMPTED])
             | Q(
                 state__in=[JobState.ALLOCATING, JobState.PROVISIONING],
                 allocated_at__lt=stall,

@@ -84,21 +84,54 @@
     panel.classList.toggle("hide-system", !systemToggle.checked);
   });
 
-  // The loss chart: uPlot, fed by appended points, never re-rendered from scratch.
-  var steps = [], losses = [], plotted = new Set();
+  // The loss chart: uPlot, one point per step. A point for a step the chart holds replaces
+  // it when newer (a resumed attempt trains that step again). A resume marker drops the
+  // points past its step, which the next attempt trains again, and draws a dashed line.
+  var byStep = new Map(), resumes = [], plotted = new Set();
+  var steps = [], losses = [];
   var chart = null;
   var chartBox = document.getElementById("loss-chart");
+  function rebuild() {
+    var keys = Array.from(byStep.keys()).sort(function (a, b) { return a - b; });
+    steps = keys;
+    losses = keys.map(function (k) { return byStep.get(k)[1]; });
+    chartBox.dataset.points = String(steps.length);
+    chartBox.dataset.resumes = resumes.join(",");
+    if (chart) chart.setData([steps, losses]);
+  }
   function addPoints(points) {
     points.forEach(function (p) {  // [metric id, step, loss]
       if (plotted.has(p[0])) return;
       plotted.add(p[0]);
-      steps.push(p[1]);
-      losses.push(p[2]);
+      var held = byStep.get(p[1]);
+      if (!held || held[0] < p[0]) byStep.set(p[1], [p[0], p[2]]);
     });
-    chartBox.dataset.points = String(steps.length);
-    if (chart) chart.setData([steps, losses]);
+    rebuild();
+  }
+  function addResume(step) {
+    if (resumes.indexOf(step) === -1) resumes.push(step);
+    Array.from(byStep.keys()).forEach(function (k) { if (k > step) byStep.delete(k); });
+    rebuild();
   }
   addPoints(JSON.parse(document.getElementById("chart-initial").textContent));
+  resumes = JSON.parse(document.getElementById("chart-resumes").textContent);
+  rebuild();
+  function drawResumes(u) {
+    var ctx = u.ctx;
+    ctx.save();
+    ctx.strokeStyle = "#b06000";
+    ctx.setLineDash([5, 4]);
+    ctx.lineWidth = 1.5;
+    resumes.forEach(function (step) {
+      var x = Math.round(u.valToPos(step, "x", true));
+      if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) return;
+      ctx.beginPath();
+      ctx.moveTo(x, u.bbox.top);
+      ctx.lineTo(x, u.bbox.top + u.bbox.height);
+      ctx.stroke();
+    });
+    ctx.restore();
+  }
   function drawChart() {
     if (typeof uPlot === "undefined") return;
     chart = new uPlot({
@@ -106,12 +139,17 @@
       scales: { x: { time: false } },
       series: [{ label: "step" }, { label: "loss", stroke: "#2f5bea", width: 2 }],
       axes: [{ label: "step" }, { label: "loss" }],
+      hooks: { draw: [drawResumes] },
     }, [steps, losses], chartBox);
   }
   drawChart();
   new MutationObserver(function () {
-    document.querySelectorAll("#chart-feed template.chart-points").forEach(function (tpl) {
-      addPoints(JSON.parse(tpl.content.textContent));
+    document.querySelectorAll("#chart-feed template").forEach(function (tpl) {
+      if (tpl.classList.contains("chart-resume")) {
+        addResume(parseInt(tpl.content.textContent, 10) || 0);
+      } else {
+        addPoints(JSON.parse(tpl.content.textContent));
+      }
       tpl.remove();
     });
   }).observe(document.getElementById("chart-feed"), { childList: true });
