@@ -26,6 +26,8 @@ STACK_ENV = {
     "HEARTBEAT_INTERVAL_S": "1",
     "HEARTBEAT_TIMEOUT_S": "60",
     "TERMINATE_GRACE_S": "3",
+    # The preemption cap test reclaims a job three times.
+    "PREEMPTION_MAX_PER_JOB": "2",
     "LAUNCH_STALL_S": "4",
     "LOG_BATCH_MAX_INTERVAL_S": "0.1",
     # One wall-clock second counts as one minute for runtime limits and billing.
