@@ -203,9 +203,19 @@ def finalize(job_id: int) -> None:
                     message=f"The workload failed with exit code {code}.",
                 )
         elif job.state == JobState.TERMINATING and (
-            attempt is None or attempt.exit_code is not None or attempt.ended_at is not None
+            attempt is None
+            or attempt.exit_code is not None
+            or attempt.ended_at is not None
+            or _never_launched(attempt)
         ):
             _terminated(job, attempt)
+
+
+def _never_launched(attempt: Attempt) -> bool:
+    """Terminated between allocation and launch: no runner was started, and none will be
+    (launch skips terminating jobs) once a launch in flight has had LAUNCH_STALL_S."""
+    stall = timezone.now() - timedelta(seconds=settings.LAUNCH_STALL_S)
+    return attempt.launched_at is None and attempt.allocated_at < stall
 
 
 def _failure_reason(job: Job, exit_code: int) -> str:

@@ -4,6 +4,7 @@ nothing else competes for the slot)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import uuid
@@ -115,7 +116,7 @@ def final_curve(job_id: str) -> dict[int, float]:
 def assert_attempts_never_overlap(job_id: str) -> None:
     attempts = list(Attempt.objects.filter(job__public_id=job_id).order_by("number"))
     assert [a.number for a in attempts] == list(range(1, len(attempts) + 1))
-    for earlier, later in zip(attempts, attempts[1:], strict=False):
+    for earlier, later in itertools.pairwise(attempts):
         assert earlier.ended_at is not None and earlier.ended_at <= later.allocated_at
     assert sum(1 for a in attempts if a.ended_at is None) == 0
 
@@ -147,9 +148,10 @@ def test_a_standard_job_displaces_a_preemptible_finetune_which_resumes_and_loses
     assert Attempt.objects.get(job__public_id=finetune, number=1).ended_at <= (
         standard_attempt.allocated_at
     )
-    assert standard_attempt.ended_at <= Attempt.objects.get(
-        job__public_id=finetune, number=2
-    ).allocated_at
+    assert (
+        standard_attempt.ended_at
+        <= Attempt.objects.get(job__public_id=finetune, number=2).allocated_at
+    )
 
     # It resumed from its newest checkpoint: the metric steps go on from there, each once.
     resumed = JobEvent.objects.get(job__public_id=finetune, type="resumed_from_checkpoint")
@@ -229,9 +231,7 @@ def test_a_reclaimed_container_job_without_checkpoints_restarts_from_the_beginni
     )
 
 
-def test_a_job_reclaimed_more_often_than_the_cap_fails_too_many_preemptions(
-    api, operator, solo
-):
+def test_a_job_reclaimed_more_often_than_the_cap_fails_too_many_preemptions(api, operator, solo):
     cap = 2  # PREEMPTION_MAX_PER_JOB in the stack's environment
     job_id = submit(api, solo, priority="preemptible", code="import time; time.sleep(600)")
     for number in range(1, cap + 2):

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import base64
 import uuid
+from datetime import timedelta
 
-from apps.jobs import services
-from apps.jobs.models import Job
+from django.utils import timezone
+
+from apps.jobs import dispatch, services, supervision
+from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState as S
 
 # A legal path from `requested` to each state, so a test job reaches it through the one
@@ -47,3 +50,29 @@ def make_job(org, *, state: str = S.REQUESTED, **overrides) -> Job:
     for step in PATH_TO[state]:
         job = services.job_transition(job_id=job.pk, to=step)
     return job
+
+
+def submit_on(org, slots, *, priority: str = "standard", kind: str | None = None) -> Job:
+    job = make_job(
+        org,
+        priority_class=priority,
+        compute={"accelerator": slots.accelerator, "gpu_count": 1, "ephemeral_disk_gb": 1},
+    )
+    if kind:
+        Job.objects.filter(pk=job.pk).update(kind=kind)
+    return Job.objects.get(pk=job.pk)
+
+
+def running(job: Job, *, started_minutes_ago: float = 1, handle: dict | None = None) -> Attempt:
+    """Place `job` and play its runner up to `running`."""
+    attempt = dispatch.allocate(job.pk)
+    assert attempt is not None, "no room for the job"
+    services.job_transition(job_id=job.pk, to=S.PROVISIONING)
+    Attempt.objects.filter(pk=attempt.pk).update(
+        launched_at=timezone.now(), handle=handle or {"pid": 0, "pgid": 0, "workdir": "/none"}
+    )
+    supervision.runner_started(attempt.pk)
+    Attempt.objects.filter(pk=attempt.pk).update(
+        started_at=timezone.now() - timedelta(minutes=started_minutes_ago)
+    )
+    return Attempt.objects.get(pk=attempt.pk)

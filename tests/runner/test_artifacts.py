@@ -313,6 +313,8 @@ def test_a_resumed_attempt_gets_the_checkpoint_extracted(plane, launch, tmp_path
     assert plane.download_tries == [DOWNLOAD, DOWNLOAD]
     assert (resume_dir / "sub" / "weights.bin").read_bytes() == b"seven"
     assert sorted(p.name for p in (tmp_path / "attempt" / "resume").iterdir()) == ["checkpoint-7"]
+    # `started` tells the control plane where the workload picks up (for the loss curve).
+    assert plane.started[0]["resumed_from_step"] == 7
 
 
 @pytest.mark.parametrize(
@@ -342,6 +344,7 @@ def test_a_checkpoint_that_cannot_be_fetched_starts_the_workload_without_it(
     assert why in failure and failure.endswith("; starting without it")
     assert plane.exits[0]["exit_code"] == 0
     assert sorted(p.name for p in (tmp_path / "attempt" / "resume").iterdir()) == []
+    assert plane.started[0]["resumed_from_step"] is None
 
 
 def test_a_download_away_past_the_bound_starts_without_resume(plane, launch, tmp_path):
