@@ -4,6 +4,7 @@ belongs to another organization. `api_client_for` authenticates with a real API 
 from __future__ import annotations
 
 import os
+import uuid
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -14,7 +15,9 @@ from rest_framework.test import APIClient
 
 from apps.accounts import services
 from apps.accounts.models import Role
+from apps.catalog.models import Accelerator, Offer
 from apps.jobs.states import TERMINAL_STATES
+from apps.providers.models import Provider
 from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
 from tests.integration.stack import Stack
 
@@ -154,3 +157,23 @@ def demo_data(tmp_path_factory):
     from trainer.demo_data import write_demo_datasets
 
     return write_demo_datasets(tmp_path_factory.mktemp("data"))
+
+
+@pytest.fixture
+def solo(transactional_db) -> str:
+    """An accelerator of the test's own with one local slot (nothing else competes for
+    it): the second job on it must displace the first or wait."""
+    name = f"solo-{uuid.uuid4().hex[:6]}"
+    accelerator = Accelerator.objects.create(
+        name=name, display_name="One local slot", vendor="cpu", memory_gb=0, gpu_counts=[1]
+    )
+    Offer.objects.create(
+        provider=Provider.objects.get(name="local"),
+        accelerator=accelerator,
+        gpu_counts=[1],
+        capacity=1,
+        price_per_gpu_hour_micros=600_000,
+        min_price_per_gpu_hour_micros=600_000,
+        max_price_per_gpu_hour_micros=600_000,
+    )
+    return name

@@ -12,10 +12,8 @@ import uuid
 import pytest
 
 from apps.accounts import services as account_services
-from apps.catalog.models import Accelerator, Offer
 from apps.jobs.finetune import config_of
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, MetricPoint
-from apps.providers.models import Provider
 from tests.factories import ProjectFactory, UserFactory
 from tests.integration.conftest import TERMINAL
 from tests.integration.stack import wait_for
@@ -25,25 +23,6 @@ pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serializ
 
 MAX_STEPS = 24
 SAVE_STEPS = 4
-
-
-@pytest.fixture
-def solo(transactional_db) -> str:
-    """An accelerator with one local slot: the second job on it must displace or wait."""
-    name = f"solo-{uuid.uuid4().hex[:6]}"
-    accelerator = Accelerator.objects.create(
-        name=name, display_name="One local slot", vendor="cpu", memory_gb=0, gpu_counts=[1]
-    )
-    Offer.objects.create(
-        provider=Provider.objects.get(name="local"),
-        accelerator=accelerator,
-        gpu_counts=[1],
-        capacity=1,
-        price_per_gpu_hour_micros=600_000,
-        min_price_per_gpu_hour_micros=600_000,
-        max_price_per_gpu_hour_micros=600_000,
-    )
-    return name
 
 
 @pytest.fixture
