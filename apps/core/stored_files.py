@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import IO
 
-from django.core.files.storage import Storage, default_storage
+from django.core.files.storage import Storage, storages
 from django.http import FileResponse
 
 
@@ -19,17 +19,18 @@ class StoredFileMissing(FileNotFoundError):
 
 
 def _is_s3(storage: Storage) -> bool:
-    try:
-        from storages.backends.s3 import S3Storage
-    except ImportError:  # pragma: no cover - django-storages is a dependency
-        return False
-    return isinstance(getattr(storage, "_wrapped", storage), S3Storage)
+    from storages.backends.s3 import S3Storage
+
+    return isinstance(storage, S3Storage)
 
 
 def open_stream(name: str, storage: Storage | None = None) -> IO[bytes]:
-    """A binary stream of the stored file `name` (close it when done). Raises
-    StoredFileMissing when there is none."""
-    storage = storage or default_storage
+    """A binary stream of the stored file `name` from `storage`, by default the default
+    storage. Close it when done (with `contextlib.closing`, not `with`: botocore's stream
+    enters as its raw HTTP response). Raises StoredFileMissing when there is none."""
+    # The configured instance itself, not the lazy `default_storage`, which may not be set up
+    # yet in this process and would not show its class.
+    storage = storage or storages["default"]
     if _is_s3(storage):
         from botocore.exceptions import ClientError
 

@@ -5,6 +5,7 @@ import hashlib
 import io
 import json
 from collections.abc import Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,7 +145,8 @@ def _dataset_rows(text: str, suffix: str) -> Iterator[tuple[int, Any]]:
 
 def dataset_rows(dataset: Dataset) -> Iterator[tuple[int, Any]]:
     """`(row_number, row)` of a stored dataset's file."""
-    with open_stream(dataset.file.name) as file:
+    # closing(): botocore's stream enters as its raw HTTP response, skipping its length check.
+    with closing(open_stream(dataset.file.name)) as file:
         text = file.read().decode("utf-8-sig")
     yield from _dataset_rows(text, dataset.suffix)
 

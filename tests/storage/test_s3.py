@@ -11,9 +11,11 @@ import os
 import time
 
 import pytest
+from botocore.response import StreamingBody
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from apps.core.stored_files import StoredFileMissing, open_stream
 from apps.jobs import dispatch, services
 from apps.jobs.models import Artifact, Job
 from apps.jobs.states import JobState
@@ -210,3 +212,18 @@ def test_the_runner_fetches_a_finetunes_uploaded_dataset_from_the_bucket(
     # What the trainer reads from its working directory.
     samples = read_samples(str(work / config["dataset"]), config["dataset_format"])
     assert [number for number, _ in samples] == [1, 2, 3]
+
+
+def test_a_stored_object_is_streamed_not_fetched_whole_first(s3_bucket):
+    """The first thing a fresh process does may be a download: it must still stream from
+    the GET's body (S3File would copy the whole object to a temporary file first)."""
+    s3_bucket.client.put_object(Bucket=s3_bucket.name, Key="artifacts/x.tar.gz", Body=BIG)
+
+    stream = open_stream("artifacts/x.tar.gz")
+    try:
+        assert isinstance(stream, StreamingBody)
+        assert stream.read(10) == BIG[:10]
+    finally:
+        stream.close()
+    with pytest.raises(StoredFileMissing):
+        open_stream("artifacts/missing.tar.gz")
