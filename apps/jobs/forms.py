@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import shlex
+from functools import cached_property
 from typing import Any
 
 from django import forms
@@ -464,12 +465,10 @@ class FinetuneJobForm(JobForm):
         self.project = project
         super().__init__(*args, **kwargs)
 
-    @property
+    @cached_property
     def uploaded_datasets(self) -> list[Dataset]:
         """The project's datasets the Dataset field offers (its datalist)."""
-        if not hasattr(self, "_uploaded_datasets"):
-            self._uploaded_datasets = list(job_inputs.project_datasets(self.project))
-        return self._uploaded_datasets
+        return list(job_inputs.project_datasets(self.project))
 
     def clean_learning_rate(self) -> float:
         rate = self.cleaned_data["learning_rate"]
