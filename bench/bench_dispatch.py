@@ -23,7 +23,6 @@ process, and every runner the worker started, is stopped at the end, also on fai
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import statistics
 import sys
@@ -34,60 +33,13 @@ from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+from live_stack import TERMINAL, production_stack, setup_django, stop_runners
+
 BENCH_DB = "trainyard_bench_dispatch"
-DATABASE_URL = f"{ADMIN_URL.rsplit('/', 1)[0]}/{BENCH_DB}"
 REDIS_URL = os.environ.get("BENCH_DISPATCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 JOBS = int(os.environ.get("BENCH_DISPATCH_JOBS", 10))
 PINGS = 20
 POLL_S = 0.02
-TERMINAL = {"succeeded", "failed", "terminated"}
-# The integration tests shorten these; the bench measures what production runs.
-TEST_TIMINGS = (
-    "RECONCILE_INTERVAL_S",
-    "HEARTBEAT_INTERVAL_S",
-    "HEARTBEAT_TIMEOUT_S",
-    "TERMINATE_GRACE_S",
-    "LAUNCH_STALL_S",
-    "LOG_BATCH_MAX_INTERVAL_S",
-    "TRAINYARD_CLOCK_SCALE",
-)
-
-
-def recreate_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-
-
-def setup_django() -> None:
-    os.environ["DATABASE_URL"] = DATABASE_URL
-    os.environ["REDIS_URL"] = REDIS_URL  # the Celery app here pings through the stack's broker
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.test_settings"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
-def production_stack(workdir: Path):
-    from tests.integration.stack import Stack
-
-    class ProductionTimingStack(Stack):
-        def env(self, **extra: str) -> dict[str, str]:
-            env = super().env(**extra)
-            for name in TEST_TIMINGS:
-                if name not in extra:
-                    env.pop(name, None)
-            return env
-
-    return ProductionTimingStack(database_url=DATABASE_URL, redis_url=REDIS_URL, workdir=workdir)
 
 
 class Api:
@@ -175,20 +127,8 @@ def ping_median_ms(worker: str) -> float:
     return statistics.median(samples[1:])  # the first opens the connection
 
 
-def stop_runners() -> None:
-    """Stop every runner the worker started (their own process groups outlive the worker)."""
-    from apps.jobs.models import Attempt
-    from apps.providers.backends import procfs
-
-    for handle in Attempt.objects.exclude(handle={}).values_list("handle", flat=True):
-        if procfs.alive(handle["pid"], handle.get("start_ticks")):
-            with suppress(ProcessLookupError):
-                os.killpg(handle["pgid"], signal.SIGKILL)
-
-
 def main() -> int:
-    recreate_database()
-    setup_django()
+    setup_django(BENCH_DB, REDIS_URL)
     from apps.accounts import services
     from apps.jobs.models import Job
 
@@ -198,7 +138,7 @@ def main() -> int:
     _, key = services.api_key_create(organization=org, name="bench")
 
     with tempfile.TemporaryDirectory(prefix="bench-dispatch-") as workdir:
-        stack = production_stack(Path(workdir))
+        stack = production_stack(BENCH_DB, REDIS_URL, Path(workdir))
         api = None
         try:
             stack.start()

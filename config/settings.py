@@ -15,6 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_float, env_int, env_list, env_str
+from config.storage import default_storage_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("TRAINYARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -159,8 +160,24 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "staticfiles")))
 WHITENOISE_USE_FINDERS = DEBUG
+# Uploaded datasets and stored artifacts (checkpoints, adapters) go through Django's storage
+# API. STORAGE_BACKEND picks where: "filesystem" (MEDIA_ROOT, the default) or "s3" (any
+# S3-compatible object store; see config/storage.py and the README's "Storage").
+STORAGE_BACKEND = env_str("STORAGE_BACKEND", "filesystem")
+S3_BUCKET = env_str("S3_BUCKET", "")
+S3_ENDPOINT_URL = env_str("S3_ENDPOINT_URL", "")
+S3_REGION = env_str("S3_REGION", "")
+S3_ACCESS_KEY_ID = env_str("S3_ACCESS_KEY_ID", "")
+S3_SECRET_ACCESS_KEY = env_str("S3_SECRET_ACCESS_KEY", "")
 STORAGES = {
-    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "default": default_storage_config(
+        STORAGE_BACKEND,
+        bucket=S3_BUCKET,
+        endpoint_url=S3_ENDPOINT_URL,
+        region=S3_REGION,
+        access_key_id=S3_ACCESS_KEY_ID,
+        secret_access_key=S3_SECRET_ACCESS_KEY,
+    ),
     "staticfiles": {
         "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
         if not DEBUG
@@ -171,6 +188,8 @@ MEDIA_ROOT = Path(env_str("MEDIA_ROOT", str(VAR_DIR / "media")))
 MEDIA_URL = "media/"
 # The largest dataset file a project may upload (bytes); every row is checked on upload.
 DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 50 * 1024 * 1024)
+# The largest artifact (a checkpoint or adapter tar.gz) a runner may upload (bytes).
+ARTIFACT_MAX_BYTES = env_int("ARTIFACT_MAX_BYTES", 5 * 1024**3)
 
 
 def _default_fernet_key(secret_key: str) -> str:

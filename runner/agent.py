@@ -36,6 +36,11 @@ Decisions where the page is silent:
 - `heartbeat.last_seq` and `exit.last_seq` are the highest seq spooled.
 - `exit` is still attempted (once, at least) when `final_flush_timeout_s` ran out before
   every line was acknowledged; its `last_seq` then tells the control plane lines are missing.
+- Inputs (`runner.inputs`): files the spec lists under `inputs` (a fine-tune's uploaded
+  dataset) are downloaded into the workload's working directory after the checkpoint to
+  resume from, before the workload starts, retrying for at most `final_flush_timeout_s`.
+  When one cannot be had, the workload does not start: a system line says which and why,
+  and the exit code reported is 66 (EX_NOINPUT).
 - Artifacts (`runner.artifacts`): the checkpoint to resume from is fetched after the spec,
   before the workload starts, retrying for at most `final_flush_timeout_s`; when that fails
   the workload starts without it. Uploads run in their own thread; when the workload has
@@ -71,6 +76,7 @@ from runner.client import (
     call_with_retry,
 )
 from runner.config import WORKLOAD_HIDDEN_VARS, ConfigError, RunnerConfig, load_config
+from runner.inputs import InputError, fetch_inputs
 from runner.masking import Masker
 from runner.output import OutputCollector, utc_now_iso
 from runner.spool import Spool
@@ -81,6 +87,7 @@ EXIT_CONFIG = 2
 EXIT_UNREPORTED = 69  # EX_UNAVAILABLE
 EXIT_LOCKED = 75  # EX_TEMPFAIL
 
+EXIT_NO_INPUT = 66  # EX_NOINPUT: an input of the spec could not be fetched
 EXIT_CANNOT_EXECUTE = 126
 EXIT_NOT_FOUND = 127
 
@@ -123,6 +130,7 @@ class JobSpec:
     terminate_grace_s: float = 10.0
     final_flush_timeout_s: float = 600.0
     resume_from: Any = None  # checked by runner.artifacts.fetch_resume
+    inputs: Any = None  # checked by runner.inputs.fetch_inputs
 
     @classmethod
     def from_json(cls, data: dict) -> JobSpec:
@@ -153,6 +161,7 @@ class JobSpec:
         number("terminate_grace_s", float, 0)
         number("final_flush_timeout_s", float, 0)
         spec.resume_from = data.get("resume_from")
+        spec.inputs = data.get("inputs") or None
         return spec
 
 
@@ -505,8 +514,10 @@ class Runner:
         collector.system("fetched spec")
         if spec.resume_from is not None:
             self._resume(spec)
-
-        proc, exit_code = self._start_workload(spec)
+        if spec.inputs is not None and self._abort is None and not self._fetch_inputs(spec):
+            proc, exit_code = None, EXIT_NO_INPUT
+        else:
+            proc, exit_code = self._start_workload(spec)
         if proc is not None:
             exit_code = self._supervise(proc, spec)
             if self._abort is not None:
@@ -541,6 +552,32 @@ class Runner:
         spec.env["TRAINYARD_RESUME_FROM"] = str(directory)
         self.resumed_from_step = step
         self.collector.system(f"resuming from checkpoint at step {step}")
+
+    def _fetch_inputs(self, spec: JobSpec) -> bool:
+        """Download the spec's inputs into the working directory; False (with a system line
+        saying why) when the workload cannot start."""
+        assert self.collector is not None
+        try:
+            fetched = fetch_inputs(
+                self.client,
+                spec.inputs,
+                self.workdir / "work",
+                deadline=time.monotonic() + spec.final_flush_timeout_s,
+                should_stop=self._stopping,
+                sleep=self._sleep_unless_stopping,
+                on_retry=_log_retry,
+            )
+        except SupersededError as exc:
+            self.abort(EXIT_OK, str(exc))
+            return True  # _start_workload sees the abort and starts nothing
+        except InputError as exc:
+            if self._stopping():  # terminated meanwhile: _start_workload says so
+                return True
+            self.collector.system(f"could not fetch an input: {exc}; not starting the workload")
+            return False
+        for path in fetched:
+            self.collector.system(f"fetched input {path.relative_to(self.workdir / 'work')}")
+        return True
 
     def _start_workload(self, spec: JobSpec) -> tuple[subprocess.Popen | None, int]:
         """Start the workload; `(proc, 0)`, or `(None, exit code)` when it cannot start."""

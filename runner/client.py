@@ -191,7 +191,16 @@ class ControlClient:
             req = self._request_object("POST", self.base + endpoint, body, "application/gzip")
             req.add_header("Content-Length", str(os.fstat(body.fileno()).st_size))
             req.add_header("X-Trainyard-SHA256", sha256)
-            return self._json_answer(req, f"POST {endpoint}", max(self.timeout, ARTIFACT_TIMEOUT_S))
+            try:
+                return self._json_answer(
+                    req, f"POST {endpoint}", max(self.timeout, ARTIFACT_TIMEOUT_S)
+                )
+            except RetryableError as exc:
+                # 413: the artifact is over the control plane's size limit; the same bytes
+                # would be refused again.
+                if exc.status == 413:
+                    raise FatalError(str(exc), exc.status) from None
+                raise
 
     def download(self, url: str, out: IO[bytes]) -> int:
         """GET `url` (a path on the control plane, e.g. a spec's `download_url`) into `out`,

@@ -38,3 +38,25 @@ class ProjectFactory(factory.django.DjangoModelFactory):
     organization = factory.SubFactory(OrganizationFactory)
     name = factory.Sequence(lambda n: f"Project {n}")
     slug = factory.Sequence(lambda n: f"project-{n}")
+
+
+def uploaded_dataset(project, *, name="Toy", dataset_format="alpaca", rows=None, filename=None):
+    """A dataset uploaded through the real service (checked row by row, stored)."""
+    import json
+
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from apps.projects.services import dataset_upload
+
+    rows = rows or [
+        {"instruction": "Add the numbers", "input": "2 and 3", "output": "5"},
+        {"instruction": "Say hi", "output": "Hello there"},
+        {"instruction": "Name a color", "output": "Blue"},
+    ]
+    content = "\n".join(json.dumps(row) for row in rows).encode() + b"\n"
+    return dataset_upload(
+        project=project,
+        name=name,
+        upload=SimpleUploadedFile(filename or f"{name.lower()}.jsonl", content),
+        dataset_format=dataset_format,
+    )

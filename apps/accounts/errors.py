@@ -32,3 +32,9 @@ class Conflict(ApiError):
     status_code = status.HTTP_409_CONFLICT
     error_type = "conflict"
     default_detail = "The request conflicts with the current state."
+
+
+class PayloadTooLarge(ApiError):
+    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
+    error_type = "payload_too_large"
+    default_detail = "The request body is larger than this server accepts."

@@ -178,7 +178,7 @@ class FinetuneCreateView(ComputeView):
         project = get_object_or_404(
             Project.objects.for_org(caller(request).organization), public_id=project_id
         )
-        payload = finetune.payload_from_api(request.data, project_id=project.public_id)
+        payload = finetune.payload_from_api(request.data, project=project)
         return _create_response(request, payload, Job.Kind.FINETUNE)
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from django.core.files.storage import default_storage
 from django.http import FileResponse, Http404
 
+from apps.core.stored_files import StoredFileMissing, stream_response
 from apps.jobs.models import Artifact, Job
 
 
@@ -14,16 +14,15 @@ def artifact_filename(artifact: Artifact, job: Job) -> str:
 
 
 def artifact_response(artifact: Artifact, job: Job) -> FileResponse:
-    """Stream the stored tar.gz; the SHA-256 goes along so a client can check it."""
+    """Stream the stored tar.gz from whichever storage holds it; the SHA-256 goes along so a
+    client can check it."""
     try:
-        handle = default_storage.open(artifact.storage_path, "rb")
-    except FileNotFoundError as exc:
+        return stream_response(
+            artifact.storage_path,
+            size=artifact.size_bytes,
+            content_type="application/gzip",
+            filename=artifact_filename(artifact, job),
+            headers={"X-Trainyard-SHA256": artifact.sha256},
+        )
+    except StoredFileMissing as exc:
         raise Http404("The artifact's file is gone.") from exc
-    response = FileResponse(
-        handle,
-        as_attachment=True,
-        filename=artifact_filename(artifact, job),
-        content_type="application/gzip",
-    )
-    response["X-Trainyard-SHA256"] = artifact.sha256
-    return response

@@ -11,6 +11,10 @@ Rules that hold here:
   racing each other leave one row and one file.
 - The body is streamed, never held whole: the SHA-256 is computed while the bytes go to
   storage, and a mismatch deletes what was written before anything refers to it.
+- An artifact may be at most `settings.ARTIFACT_MAX_BYTES`. The upload endpoint refuses a
+  larger announced Content-Length before reading; here the bytes are counted as they
+  stream (a chunked body announces nothing), and the first byte past the limit ends the
+  read: what was stored is deleted, no row is written, and `artifact_refused` says why.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ import hashlib
 import re
 from typing import IO, TypedDict
 
+from django.conf import settings
 from django.core.files.base import File
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
-from apps.accounts.errors import InvalidRequest
+from apps.accounts.errors import InvalidRequest, PayloadTooLarge
 from apps.jobs import services
 from apps.jobs.models import Artifact, Attempt, Job
 
@@ -74,16 +79,75 @@ def artifact_find(*, attempt: Attempt, kind: str, step: int | None) -> Artifact 
     ).first()
 
 
-class _HashingReader:
-    """Reads `fileobj` for the storage backend, hashing and counting on the way."""
+def artifact_max_bytes() -> int:
+    return settings.ARTIFACT_MAX_BYTES
 
-    def __init__(self, fileobj: IO[bytes]) -> None:
+
+class ArtifactTooLarge(PayloadTooLarge):
+    default_detail = "The artifact is larger than this control plane accepts."
+
+
+def _human_bytes(size: int) -> str:
+    """`5.0 GiB (5,368,709,120 bytes)`: rounded for reading, exact for comparing."""
+    if size < 1024:
+        return f"{size} bytes"
+    scaled, unit = float(size), "bytes"
+    for unit in ("KiB", "MiB", "GiB"):  # noqa: B007 - the last unit is used after the loop
+        scaled /= 1024
+        if scaled < 1024:
+            break
+    return f"{scaled:.1f} {unit} ({size:,} bytes)"
+
+
+def artifact_refuse(
+    *, attempt: Attempt, kind: str, step: int | None, size: int | None = None
+) -> ArtifactTooLarge:
+    """Record on the job that an upload over the limit was refused (an `artifact_refused`
+    event and a system log line) and return the error to raise. `size` is the announced or
+    counted size; None when only "more than the limit" is known."""
+    limit = artifact_max_bytes()
+    what = kind if step is None else f"{kind} at step {step}"
+    size_text = "it" if size is None else _human_bytes(size)
+    message = (
+        f"The {what} was refused: {size_text} is over the ARTIFACT_MAX_BYTES limit of "
+        f"{_human_bytes(limit)}."
+    )
+    with transaction.atomic():
+        services.record_event(
+            job=attempt.job,
+            attempt=attempt.number,
+            type="artifact_refused",
+            message=message,
+            data={"kind": kind, "step": step, "size_bytes": size, "limit_bytes": limit},
+        )
+        services.system_log(job=attempt.job, attempt=attempt.number, message=message)
+    return ArtifactTooLarge(message, param="Content-Length")
+
+
+class _HashingReader:
+    """Reads `fileobj` for the storage backend, hashing and counting on the way. Past
+    `limit` bytes it reports end of file and sets `too_large`, so the storage stops writing."""
+
+    # What storage backends ask a file they were handed (django-storages' S3 does).
+    closed = False
+
+    def __init__(self, fileobj: IO[bytes], limit: int) -> None:
         self._fileobj = fileobj
+        self._limit = limit
         self.digest = hashlib.sha256()
         self.size = 0
+        self.too_large = False
+
+    def seekable(self) -> bool:
+        return False
 
     def read(self, size: int = -1) -> bytes:
+        if self.too_large:
+            return b""
         data = self._fileobj.read(size if size and size > 0 else CHUNK_BYTES)
+        if self.size + len(data) > self._limit:
+            self.too_large = True
+            return b""
         self.digest.update(data)
         self.size += len(data)
         return data
@@ -110,8 +174,9 @@ def artifact_store(
     `fileobj` is read to EOF in chunks (a request, or any binary file). Returns the stored
     Artifact; when one already exists for (job, attempt, kind, step) it is returned as it is
     and `fileobj` is not read (a retried upload stores nothing twice, even with other bytes).
-    Raises InvalidRequest for a bad key and Sha256Mismatch when the bytes do not hash to
-    `sha256`: then nothing is stored (what was streamed is deleted again).
+    Raises InvalidRequest for a bad key, Sha256Mismatch when the bytes do not hash to
+    `sha256`, and ArtifactTooLarge past ARTIFACT_MAX_BYTES (recorded on the job): then
+    nothing is stored (what was streamed is deleted again).
 
     The file is written before its row: a process that dies between the two leaves a file
     no row names (the next upload of that key picks a free name beside it), never a row
@@ -123,9 +188,12 @@ def artifact_store(
     if existing is not None:
         return existing
     job = attempt.job
-    reader = _HashingReader(fileobj)
+    reader = _HashingReader(fileobj, artifact_max_bytes())
     path = artifact_storage_path(job=job, attempt=attempt.number, kind=kind, step=step)
     stored_path = default_storage.save(path, _StreamFile(reader, path))
+    if reader.too_large:
+        default_storage.delete(stored_path)
+        raise artifact_refuse(attempt=attempt, kind=kind, step=step)
     if reader.digest.hexdigest() != sha256:
         default_storage.delete(stored_path)
         raise Sha256Mismatch(
@@ -145,8 +213,11 @@ def artifact_store(
             )
             _record(job, attempt, artifact)
     except IntegrityError:
-        default_storage.delete(stored_path)
         winner = artifact_find(attempt=attempt, kind=kind, step=step)
+        # An object store cannot create a name exclusively: two racing uploads may both
+        # have written the winner's name. Never delete the file the winner's row names.
+        if winner is None or winner.storage_path != stored_path:
+            default_storage.delete(stored_path)
         if winner is None:
             raise
         return winner

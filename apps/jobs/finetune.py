@@ -5,17 +5,25 @@ The job is an ordinary job underneath — its container runs a short script that
 trainer is installed (a clear message and exit 2 if not) and starts it with the config as
 JSON in $FINETUNE_CONFIG — so dispatch, logs, limits and billing work as for any job.
 The trainer's exit code 3 means it graded itself and failed (`grading_failed`).
+
+The config's `dataset` is a hub id, a path on the workload's host, or an uploaded dataset's
+id (`ds_…`, one of the job's project's): the runner downloads that one into the workload's
+directory and the trainer gets its path there (`apps.jobs.job_inputs`).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+from typing import TYPE_CHECKING
 
 from rest_framework import serializers
 
 from apps.accounts.api_errors import first_validation_error
 from apps.accounts.errors import InvalidRequest
+
+if TYPE_CHECKING:
+    from apps.projects.models import Project
 
 IMAGE = "trainyard-trainer"
 # Not TRAINYARD_…: that prefix is the platform's own (see apps.jobs.specs).
@@ -47,8 +55,17 @@ CONFIG_FIELDS = ("model", "dataset", "dataset_format", "max_samples", "max_steps
 
 class FinetuneConfigIn(serializers.Serializer):
     model = serializers.CharField(max_length=500)
-    dataset = serializers.CharField(max_length=500)
-    dataset_format = serializers.ChoiceField(choices=[value for value, _ in DATASET_FORMATS])
+    dataset = serializers.CharField(
+        max_length=500,
+        help_text="A hub dataset id, a path on the workload's host, or the id (`ds_…`) of a "
+        "dataset uploaded to the project.",
+    )
+    dataset_format = serializers.ChoiceField(
+        choices=[value for value, _ in DATASET_FORMATS],
+        required=False,
+        help_text="Required, except for an uploaded dataset: that one is trained as the "
+        "format it was checked as on upload (a different one is refused).",
+    )
     max_samples = serializers.IntegerField(
         min_value=1, required=False, allow_null=True, default=None
     )
@@ -98,17 +115,27 @@ def job_payload(
     return payload
 
 
-def payload_from_api(body: object, *, project_id: str) -> dict:
-    """Validate an API fine-tune request into a job request; InvalidRequest names the field."""
+def payload_from_api(body: object, *, project: Project) -> dict:
+    """Validate an API fine-tune request into a job request; InvalidRequest names the field.
+    An uploaded dataset (`ds_…`) must be one of `project`'s."""
+    # Imported here: apps.projects.models imports DATASET_FORMATS from this module.
+    from apps.jobs.job_inputs import check_dataset
+
     serializer = FinetuneCreateIn(data=body if isinstance(body, dict) else {})
     if not serializer.is_valid():
         param, message = first_validation_error(serializer.errors)
         raise InvalidRequest(message, param=param)
-    data = serializer.validated_data
+    data = dict(serializer.validated_data)
+    data["dataset"] = data["dataset"].strip()
+    data["dataset_format"] = check_dataset(
+        project=project, dataset=data["dataset"], dataset_format=data.get("dataset_format")
+    )
+    if not data["dataset_format"]:
+        raise InvalidRequest("This field is required.", param="dataset_format")
     config = {field: data[field] for field in (*CONFIG_FIELDS, "seed", "save_steps")}
     return job_payload(
         name=data["name"],
-        project_id=project_id,
+        project_id=project.public_id,
         config=config,
         compute=data.get("compute"),
         limits=data.get("limits"),

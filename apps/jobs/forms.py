@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import shlex
+from functools import cached_property
 from typing import Any
 
 from django import forms
@@ -19,9 +20,10 @@ from django.core.exceptions import ValidationError
 from apps.accounts.errors import InvalidRequest
 from apps.accounts.models import Organization
 from apps.catalog.models import Accelerator
-from apps.jobs import finetune
+from apps.jobs import finetune, job_inputs
 from apps.jobs.models import Job
 from apps.jobs.specs import MAX_DISK_GB
+from apps.projects.models import Dataset, Project
 from apps.secrets.models import Secret
 
 # Every count any accelerator comes in; the service rejects one the chosen accelerator lacks
@@ -29,6 +31,10 @@ from apps.secrets.models import Secret
 GPU_COUNT_CHOICES = [(count, str(count)) for count in range(1, 9)]
 
 DATASET_FORMATS = finetune.DATASET_FORMATS
+PRIORITY_CLASSES = [
+    ("standard", "Standard"),
+    ("preemptible", "Preemptible"),
+]
 
 
 def _textarea(rows: int, *, code: bool = True) -> forms.Textarea:
@@ -104,6 +110,7 @@ class JobForm(forms.Form):
     # (param prefix, field): `param` equal to the prefix, or below it (`prefix.x`, `prefix[0]`).
     param_fields: tuple[tuple[str, str], ...] = (
         ("name", "name"),
+        ("priority_class", "priority_class"),
         ("compute.accelerator", "accelerator"),
         ("compute.gpu_count", "gpu_count"),
         ("compute.ephemeral_disk_gb", "disk_gb"),
@@ -112,6 +119,15 @@ class JobForm(forms.Form):
     keyed_fields: frozenset[str] = frozenset()
 
     name = forms.CharField(label="Job name", max_length=200)
+    # Not required: a post without it (a script written before it existed) gets standard.
+    priority_class = forms.ChoiceField(
+        label="Priority class",
+        choices=PRIORITY_CLASSES,
+        initial="standard",
+        required=False,
+        help_text="Preemptible jobs may be stopped to make room for standard ones; they "
+        "keep their place and resume from their newest checkpoint.",
+    )
     accelerator = forms.ChoiceField(label="Accelerator", initial="cpu")
     gpu_count = forms.TypedChoiceField(
         label="GPU count", coerce=int, choices=GPU_COUNT_CHOICES, initial=1
@@ -141,6 +157,9 @@ class JobForm(forms.Form):
             }
             for name in ("accelerator", "gpu_count"):
                 self.fields[name].widget.attrs.update(live)
+
+    def clean_priority_class(self) -> str:
+        return self.cleaned_data["priority_class"] or "standard"
 
     def payload(self, *, project_id: str) -> dict:
         """The API request body for the cleaned form. Call only after `is_valid()`."""
@@ -209,6 +228,7 @@ class ContainerJobForm(JobForm):
         "accelerator",
         "gpu_count",
         "disk_gb",
+        "priority_class",
         "env",
         "secrets",
         "max_runtime_hours",
@@ -371,6 +391,7 @@ class ContainerJobForm(JobForm):
         body: dict[str, Any] = {
             "name": data["name"],
             "project": project_id,
+            "priority_class": data["priority_class"],
             "compute": self._compute(),
             "container": container,
         }
@@ -404,7 +425,13 @@ class FinetuneJobForm(JobForm):
         "accelerator",
         "gpu_count",
         "disk_gb",
+        "priority_class",
     ]
+    param_fields = (
+        *JobForm.param_fields,
+        ("dataset", "dataset"),
+        ("dataset_format", "dataset_format"),
+    )
 
     model = forms.CharField(
         label="Model",
@@ -415,7 +442,9 @@ class FinetuneJobForm(JobForm):
     dataset = forms.CharField(
         label="Dataset",
         max_length=500,
-        help_text="A Hugging Face dataset id, e.g. <code>tatsu-lab/alpaca</code>, or a path.",
+        help_text="One of this project's uploaded datasets (<code>ds_…</code>), a Hugging Face "
+        "dataset id, e.g. <code>tatsu-lab/alpaca</code>, or a path on the host.",
+        widget=forms.TextInput(attrs={"list": "finetune-dataset-choices", "autocomplete": "off"}),
     )
     dataset_format = forms.ChoiceField(
         label="Dataset format",
@@ -432,11 +461,33 @@ class FinetuneJobForm(JobForm):
     )
     learning_rate = forms.FloatField(label="Learning rate", initial=0.0002)
 
+    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+        self.project = project
+        super().__init__(*args, **kwargs)
+
+    @cached_property
+    def uploaded_datasets(self) -> list[Dataset]:
+        """The project's datasets the Dataset field offers (its datalist)."""
+        return list(job_inputs.project_datasets(self.project))
+
     def clean_learning_rate(self) -> float:
         rate = self.cleaned_data["learning_rate"]
         if rate <= 0:
             raise ValidationError("Must be greater than zero.")
         return rate
+
+    def clean(self) -> dict:
+        """An uploaded dataset must be the project's and is trained as its own format."""
+        data = super().clean()
+        dataset, dataset_format = data.get("dataset"), data.get("dataset_format")
+        if dataset and dataset_format:
+            try:
+                job_inputs.check_dataset(
+                    project=self.project, dataset=dataset, dataset_format=dataset_format
+                )
+            except InvalidRequest as error:
+                self.add_service_error(error)
+        return data
 
     def config(self) -> dict:
         """What the trainer reads from $FINETUNE_CONFIG."""
@@ -459,4 +510,5 @@ class FinetuneJobForm(JobForm):
             project_id=project_id,
             config=self.config(),
             compute=self._compute(),
+            priority_class=self.cleaned_data["priority_class"],
         )

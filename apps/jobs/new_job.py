@@ -123,6 +123,7 @@ def job_new(request: HttpRequest, org_slug: str, project_slug: str) -> HttpRespo
         data=request.POST if submitted == "finetune" else None,
         quote_url=quote_url,
         initial=demo_finetune_initial(),
+        project=project,
     )
     container_form = ContainerJobForm(
         data=request.POST if submitted == "container" else None,

@@ -18,8 +18,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.api_errors import error_body
-from apps.accounts.errors import InvalidRequest
-from apps.jobs import artifacts, ingestion, supervision
+from apps.accounts.errors import ApiError, InvalidRequest
+from apps.jobs import artifacts, ingestion, job_inputs, supervision
 from apps.jobs.models import Attempt
 from apps.jobs.supervision import AttemptSuperseded
 from apps.jobs.tokens import nonce_from
@@ -53,8 +53,8 @@ def runner_endpoint(view: Callable) -> Callable:
             return view(request, attempt)
         except AttemptSuperseded:
             return _error(409, "attempt_superseded", "This attempt is no longer the job's.")
-        except InvalidRequest as exc:
-            return _error(400, exc.error_type, str(exc.detail), exc.param)
+        except ApiError as exc:  # 400 invalid_request, sha256_mismatch, 413 ...
+            return _error(exc.status_code, exc.error_type, str(exc.detail), exc.param)
 
     return wrapped
 
@@ -76,7 +76,8 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     secret_values = resolve_secret_env(
         organization=job.organization, secret_env=container.get("secret_env") or {}
     )
-    env = {**container.get("env", {}), **secret_values}
+    inputs, env_for_runner = job_inputs.runner_inputs(job)
+    env = {**container.get("env", {}), **env_for_runner, **secret_values}
     env.update(
         {
             "TRAINYARD_JOB_ID": job.public_id,
@@ -101,6 +102,7 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
             "terminate_grace_s": settings.TERMINATE_GRACE_S,
             "final_flush_timeout_s": 600,
             "resume_from": artifacts.resume_from(job),
+            "inputs": inputs,
         }
     )
 

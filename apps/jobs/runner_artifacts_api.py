@@ -3,7 +3,8 @@
 - `POST jobs/<job id>/artifacts?kind=checkpoint|adapter&step=<n or empty>`: the body is the
   raw tar.gz (`Content-Type: application/gzip`), `X-Trainyard-SHA256` its hex digest. 201
   `{"id", "sha256", "size_bytes"}` when stored, 200 with the stored one on a repeat, 400 on a
-  bad query or a digest that does not match (nothing is stored then).
+  bad query or a digest that does not match, 413 `payload_too_large` past
+  ARTIFACT_MAX_BYTES (nothing is stored then; the job's events and log say so).
 - `GET jobs/<job id>/artifacts/<artifact pk>/download`: the stored tar.gz of one of the job's
   artifacts (another job's is a 404), for a runner resuming from a checkpoint.
 
@@ -11,7 +12,9 @@ The body is read with `request.read()` in chunks and never through `request.body
 would hold a checkpoint of gigabytes in memory, and Django refuses it past
 DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB) anyway. Under ASGI Django has already spooled the body
 to a temporary file (in memory only up to FILE_UPLOAD_MAX_MEMORY_SIZE), so memory stays
-bounded end to end.
+bounded end to end. The size limit is checked twice: an announced Content-Length over it is
+refused before a byte is read, and `artifacts.artifact_store` counts what streams in (a
+chunked body announces nothing).
 
 Any attempt of the job may upload, not only the current one: a late checkpoint of a
 preempted attempt is still the newest progress the job made.
@@ -19,12 +22,12 @@ preempted attempt is still the newest progress the job made.
 
 from __future__ import annotations
 
-from django.core.files.storage import default_storage
-from django.http import FileResponse, HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.api_errors import error_body
 from apps.accounts.errors import InvalidRequest
+from apps.core.stored_files import StoredFileMissing, stream_response
 from apps.jobs import artifacts
 from apps.jobs.models import Attempt
 from apps.jobs.runner_api import runner_endpoint
@@ -41,6 +44,13 @@ def _step_param(request: HttpRequest) -> int | None:
     if not raw.isdigit():
         raise InvalidRequest("step must be a whole number of at least 0.", param="step")
     return int(raw)
+
+
+def _announced_length(request: HttpRequest) -> int | None:
+    try:
+        return int(request.META.get("CONTENT_LENGTH") or "")
+    except ValueError:
+        return None
 
 
 def _out(artifact) -> dict:
@@ -62,6 +72,9 @@ def upload(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     existing = artifacts.artifact_find(attempt=attempt, kind=kind, step=step)
     if existing is not None:
         return JsonResponse(_out(existing), status=200)
+    announced = _announced_length(request)
+    if announced is not None and announced > artifacts.artifact_max_bytes():
+        raise artifacts.artifact_refuse(attempt=attempt, kind=kind, step=step, size=announced)
     # Two identical uploads racing each other may both be answered 201, with the same id.
     stored = artifacts.artifact_store(
         attempt=attempt, kind=kind, step=step, fileobj=request, sha256=sha256
@@ -74,16 +87,18 @@ def download(request: HttpRequest, job_id: str, artifact_id: int):
     """`runner_endpoint` hands a view the attempt only; the artifact id rides in a closure."""
 
     @runner_endpoint
-    def serve(request: HttpRequest, attempt: Attempt):
+    def serve(request: HttpRequest, attempt: Attempt) -> HttpResponse:
         artifact = artifacts.artifact_for_job(attempt.job, artifact_id)
         if artifact is None:
             return _not_found()
         try:
-            handle = default_storage.open(artifact.storage_path, "rb")
-        except FileNotFoundError:
+            return stream_response(
+                artifact.storage_path,
+                size=artifact.size_bytes,
+                content_type="application/gzip",
+                headers={"X-Trainyard-SHA256": artifact.sha256},
+            )
+        except StoredFileMissing:
             return _not_found("The artifact's file is gone.")
-        response = FileResponse(handle, content_type="application/gzip")
-        response["X-Trainyard-SHA256"] = artifact.sha256
-        return response
 
     return serve(request, job_id)

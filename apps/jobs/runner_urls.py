@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.jobs import runner_api, runner_artifacts_api
+from apps.jobs import runner_api, runner_artifacts_api, runner_inputs_api
 
 urlpatterns = [
     path("jobs/<str:job_id>/spec", runner_api.spec, name="runner-spec"),
@@ -17,5 +17,10 @@ urlpatterns = [
         "jobs/<str:job_id>/artifacts/<int:artifact_id>/download",
         runner_artifacts_api.download,
         name="runner-artifact-download",
+    ),
+    path(
+        "jobs/<str:job_id>/datasets/<str:dataset_id>/download",
+        runner_inputs_api.download_dataset,
+        name="runner-dataset-download",
     ),
 ]

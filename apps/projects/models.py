@@ -55,7 +55,11 @@ def dataset_upload_to(instance: Dataset, filename: str) -> str:
 
 class Dataset(models.Model):
     """A training file uploaded to a project, checked row by row before it was stored.
-    Its local path (`file.path`) goes in the fine-tune form's Dataset field."""
+
+    The file lives in the default storage (the filesystem or an S3-compatible bucket, see
+    config/storage.py), so it may have no local path. A fine-tune names it by `public_id`
+    (`ds_…`, the form's Dataset field or the API's `dataset`); the runner downloads it
+    into the workload's directory before the trainer starts (`apps.jobs.job_inputs`)."""
 
     public_id = models.CharField(max_length=32, unique=True, default=new_dataset_id, editable=False)
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="datasets")
@@ -64,6 +68,9 @@ class Dataset(models.Model):
     dataset_format = models.CharField(max_length=32, choices=DATASET_FORMATS)
     rows = models.PositiveIntegerField()
     size_bytes = models.PositiveBigIntegerField()
+    # Hex SHA-256 of the stored file: the runner checks its download against it. Empty for
+    # datasets uploaded before it was recorded.
+    sha256 = models.CharField(max_length=64, blank=True, default="")
     uploaded_by = models.ForeignKey(
         User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -74,3 +81,9 @@ class Dataset(models.Model):
 
     def __str__(self) -> str:
         return f"{self.project}/{self.name}"
+
+    @property
+    def suffix(self) -> str:
+        """The stored file's suffix (`.jsonl` or `.csv`), which tells the trainer how to read
+        it."""
+        return "." + self.file.name.rsplit(".", 1)[-1].lower()

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from collections.abc import Iterable, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +15,7 @@ from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
 from apps.accounts.models import Organization, User
+from apps.core.stored_files import open_stream
 from apps.projects.models import Dataset, Project
 from trainer.formats import (
     IGNORE_INDEX,
@@ -112,6 +115,7 @@ def dataset_upload(
         dataset_format=dataset_format,
         rows=count,
         size_bytes=len(content),
+        sha256=hashlib.sha256(content).hexdigest(),
         uploaded_by=uploaded_by,
     )
     with transaction.atomic():
@@ -141,10 +145,10 @@ def _dataset_rows(text: str, suffix: str) -> Iterator[tuple[int, Any]]:
 
 def dataset_rows(dataset: Dataset) -> Iterator[tuple[int, Any]]:
     """`(row_number, row)` of a stored dataset's file."""
-    with dataset.file.open("rb") as file:
+    # closing(): botocore's stream enters as its raw HTTP response, skipping its length check.
+    with closing(open_stream(dataset.file.name)) as file:
         text = file.read().decode("utf-8-sig")
-    suffix = "." + dataset.file.name.rsplit(".", 1)[-1].lower()
-    yield from _dataset_rows(text, suffix)
+    yield from _dataset_rows(text, dataset.suffix)
 
 
 @dataclass(frozen=True)

@@ -136,7 +136,8 @@ def project_datasets(request: HttpRequest, org_slug: str, project_slug: str) -> 
 def project_dataset(
     request: HttpRequest, org_slug: str, project_slug: str, dataset_id: str
 ) -> HttpResponse:
-    """One dataset: its local path and its first rows as the trainer will see them."""
+    """One dataset: its id (what a fine-tune names it by) and its first rows as the trainer
+    will see them."""
     membership = membership_for_slug(request.user, org_slug)
     project = get_object_or_404(Project.objects.for_org(membership.organization), slug=project_slug)
     dataset = get_object_or_404(Dataset.objects.filter(project=project), public_id=dataset_id)

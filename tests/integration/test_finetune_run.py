@@ -8,8 +8,10 @@ import io
 import tarfile
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from apps.jobs.models import Artifact, JobEvent, MetricPoint
+from apps.projects.services import dataset_upload
 from tests.factories import ProjectFactory
 from tests.integration.conftest import TERMINAL
 
@@ -71,3 +73,43 @@ def test_a_finetune_trains_uploads_and_its_adapter_generates(
     output = model.generate(**prompt, max_new_tokens=5, do_sample=False)
     assert output.shape[1] > prompt["input_ids"].shape[1]
     assert isinstance(tokenizer.decode(output[0]), str)
+
+
+def test_a_finetune_on_a_dataset_uploaded_to_the_project_runs(
+    api, live_stack, compute_org, tiny_model, demo_data, settings
+):
+    # Uploaded as the web server stores it: the stack's storage (its MEDIA_ROOT).
+    settings.MEDIA_ROOT = live_stack.workdir / "var" / "media"
+    project = ProjectFactory(organization=compute_org)
+    dataset = dataset_upload(
+        project=project,
+        name="Demo alpaca",
+        upload=SimpleUploadedFile("alpaca.jsonl", demo_data["alpaca"].read_bytes()),
+        dataset_format="alpaca",
+    )
+    response = api.session.post(
+        f"{api.base}/api/v1/projects/{project.public_id}/finetunes",
+        json={
+            "name": "uploaded-data",
+            "model": str(tiny_model),
+            "dataset": dataset.public_id,  # no format: the dataset's own
+            "max_steps": 10,
+            "save_steps": 10,
+            "learning_rate": 0.003,
+        },
+        headers={"Idempotency-Key": "uploaded-data"},
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    job_id = response.json()["id"]
+
+    done = api.wait_state(job_id, TERMINAL, timeout=300)
+
+    logs = [line["message"] for line in api.logs(job_id)]
+    assert done["state"] == "succeeded", "\n".join(logs[-30:])
+    assert f"fetched input inputs/{dataset.public_id}.jsonl" in logs
+    assert logs.index(f"fetched input inputs/{dataset.public_id}.jsonl") < next(
+        i for i, line in enumerate(logs) if line.startswith("starting workload: ")
+    )
+    assert MetricPoint.objects.filter(job__public_id=job_id, step=10).exists()
+    assert Artifact.objects.filter(job__public_id=job_id, kind="adapter").exists()

@@ -76,3 +76,62 @@ def running(job: Job, *, started_minutes_ago: float = 1, handle: dict | None = N
         started_at=timezone.now() - timedelta(minutes=started_minutes_ago)
     )
     return Attempt.objects.get(pk=attempt.pk)
+
+
+def asgi_request(
+    method: str,
+    path: str,
+    *,
+    query: str = "",
+    headers: dict[str, str] | None = None,
+    chunks: list[bytes] = (),
+) -> tuple[int, bytes]:
+    """Send a request through Django's ASGI handler as uvicorn would, the body in `chunks`
+    and no Content-Length unless `headers` has one (a chunked upload). Runs in the test's
+    thread, so it sees the test's database transaction. Returns (status, body)."""
+    import asyncio
+
+    from asgiref.sync import async_to_sync
+    from django.core.handlers.asgi import ASGIHandler
+    from django.core.signals import request_finished, request_started
+    from django.db import close_old_connections
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 80),
+    }
+    messages = [{"type": "http.request", "body": chunk, "more_body": True} for chunk in chunks]
+    messages.append({"type": "http.request", "body": b"", "more_body": False})
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        if messages:
+            return messages.pop(0)
+        await asyncio.Event().wait()  # the client stays connected; Django cancels this
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    # As Django's own test clients do: a real server closes the database connection after
+    # each request, which here would be the test's own, inside its transaction.
+    request_started.disconnect(close_old_connections)
+    request_finished.disconnect(close_old_connections)
+    try:
+        async_to_sync(ASGIHandler())(scope, receive, send)
+    finally:
+        request_started.connect(close_old_connections)
+        request_finished.connect(close_old_connections)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, body

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 
 import pytest
@@ -13,10 +14,10 @@ from django.core.files.storage import default_storage
 from django.test import Client
 
 from apps.jobs import artifacts, dispatch, services, supervision
-from apps.jobs.models import Artifact, Attempt, Job, JobEvent
+from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine
 from apps.jobs.states import JobState
 from apps.jobs.tokens import token_for
-from tests.jobs.helpers import make_job
+from tests.jobs.helpers import asgi_request, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -320,3 +321,109 @@ def test_the_spec_offers_the_newest_checkpoint_to_resume_from(org, media):
     }
     assert spec["env"]["TRAINYARD_RESUME_FROM"] == ""
     assert _content(second.client.get(download_url)) == b"eight"
+
+
+# -- the size limit (ARTIFACT_MAX_BYTES) ---------------------------------------------------
+
+
+def _refusals(job: Job) -> tuple[list[JobEvent], list[str]]:
+    events = list(JobEvent.objects.filter(job=job, type="artifact_refused"))
+    lines = list(
+        LogLine.objects.filter(job=job, source=LogLine.Source.SYSTEM).values_list(
+            "message", flat=True
+        )
+    )
+    return events, [line for line in lines if "refused" in line]
+
+
+def test_an_upload_announcing_more_than_the_limit_is_413_and_recorded(org, media, settings):
+    settings.ARTIFACT_MAX_BYTES = len(BODY) - 1
+    runner = _runner(org)
+
+    response = runner.upload("kind=checkpoint&step=5")
+
+    assert response.status_code == 413
+    assert response.json() == {
+        "error": {
+            "type": "payload_too_large",
+            "message": "The checkpoint at step 5 was refused: 2.7 KiB (2,800 bytes) is over "
+            "the ARTIFACT_MAX_BYTES limit of 2.7 KiB (2,799 bytes).",
+            "param": "Content-Length",
+        }
+    }
+    assert not Artifact.objects.exists()
+    assert _stored_files(media) == []
+    events, lines = _refusals(runner.job)
+    assert [(e.type, e.attempt, e.data) for e in events] == [
+        (
+            "artifact_refused",
+            1,
+            {
+                "kind": "checkpoint",
+                "step": 5,
+                "size_bytes": len(BODY),
+                "limit_bytes": len(BODY) - 1,
+            },
+        )
+    ]
+    assert lines == [events[0].message]
+    assert not JobEvent.objects.filter(job=runner.job, type="checkpoint_saved").exists()
+
+
+def test_an_upload_of_exactly_the_limit_is_stored(org, media, settings):
+    settings.ARTIFACT_MAX_BYTES = len(BODY)
+    runner = _runner(org)
+    assert runner.upload("kind=adapter&step=").status_code == 201
+    assert Artifact.objects.get().size_bytes == len(BODY)
+    assert _refusals(runner.job) == ([], [])
+
+
+def _chunked_upload(runner: Runner, chunks: list[bytes], sha: str):
+    return asgi_request(
+        "POST",
+        f"/api/v1/runner/jobs/{runner.job.public_id}/artifacts",
+        query="kind=checkpoint&step=9",
+        headers={
+            "Authorization": f"Bearer {token_for(runner.attempt.token_nonce)}",
+            "Content-Type": "application/gzip",
+            "X-Trainyard-SHA256": sha,
+        },
+        chunks=chunks,
+    )
+
+
+def test_a_chunked_upload_is_counted_and_cut_off_past_the_limit(org, media, settings):
+    settings.ARTIFACT_MAX_BYTES = 10_000
+    runner = _runner(org)
+    chunks = [os.urandom(4096) for _ in range(4)]  # 16 KiB, announced nowhere
+    sha = hashlib.sha256(b"".join(chunks)).hexdigest()
+
+    status, body = _chunked_upload(runner, chunks, sha)
+
+    assert status == 413
+    error = json.loads(body)["error"]
+    assert error["type"] == "payload_too_large"
+    assert error["message"] == (
+        "The checkpoint at step 9 was refused: it is over the ARTIFACT_MAX_BYTES limit of "
+        "9.8 KiB (10,000 bytes)."
+    )
+    assert not Artifact.objects.exists()
+    assert _stored_files(media) == []  # the part written before the cut is deleted
+    events, lines = _refusals(runner.job)
+    assert [e.data["size_bytes"] for e in events] == [None]
+    assert lines == [events[0].message]
+
+
+def test_a_chunked_upload_under_the_limit_is_stored(org, media, settings):
+    settings.ARTIFACT_MAX_BYTES = 20_000
+    runner = _runner(org)
+    chunks = [os.urandom(4096) for _ in range(4)]
+    whole = b"".join(chunks)
+
+    status, body = _chunked_upload(runner, chunks, hashlib.sha256(whole).hexdigest())
+
+    assert status == 201, body
+    artifact = Artifact.objects.get()
+    assert json.loads(body)["size_bytes"] == artifact.size_bytes == len(whole)
+    with default_storage.open(artifact.storage_path, "rb") as stored:
+        assert stored.read() == whole

@@ -12,6 +12,7 @@ from django.test import Client
 from apps.jobs import dispatch, finetune, ingestion, services, supervision
 from apps.jobs.models import Artifact, Job, JobEvent
 from apps.jobs.states import JobState
+from tests.factories import ProjectFactory, uploaded_dataset
 from tests.jobs.helpers import make_job
 
 pytestmark = pytest.mark.django_db
@@ -71,6 +72,62 @@ def test_a_bad_finetune_request_names_its_field(api_client_for, org, project, ch
     assert response.status_code == 400
     assert response.json()["error"]["param"] == param
     assert not Job.objects.exists()
+
+
+def test_the_api_takes_an_uploaded_dataset_by_id_and_its_format(api_client_for, org, project):
+    toy = uploaded_dataset(project, name="Toy")
+    body = {"name": "ft", "model": "/models/tiny", "dataset": toy.public_id}
+
+    response = _post(api_client_for(org), project, {**body, "priority_class": "preemptible"})
+
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get(public_id=response.json()["id"])
+    config = finetune.config_of(job)
+    assert (config["dataset"], config["dataset_format"]) == (toy.public_id, "alpaca")
+    assert job.priority_class == "preemptible"
+
+
+@pytest.mark.parametrize("whose", ["unknown", "another project of the org", "another org"])
+def test_a_dataset_id_that_is_not_the_projects_is_400(
+    api_client_for, org, project, other_project, whose
+):
+    if whose == "unknown":
+        dataset_id = "ds_0000000000000000"
+    else:
+        owner = ProjectFactory(organization=org) if whose.endswith("org") else other_project
+        dataset_id = uploaded_dataset(owner).public_id
+
+    response = _post(api_client_for(org), project, {**CONFIG, "name": "ft", "dataset": dataset_id})
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": {
+            "type": "invalid_request",
+            "message": f"No uploaded dataset {dataset_id} in project Vision.",
+            "param": "dataset",
+        }
+    }
+    assert not Job.objects.exists()
+
+
+def test_an_uploaded_dataset_in_another_format_is_400(api_client_for, org, project):
+    toy = uploaded_dataset(project, name="Toy")
+    body = {**CONFIG, "name": "ft", "dataset": toy.public_id, "dataset_format": "chatml"}
+    response = _post(api_client_for(org), project, body)
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "dataset_format"
+    assert not Job.objects.exists()
+
+
+def test_a_hub_or_path_dataset_still_needs_its_format(api_client_for, org, project):
+    body = {"name": "ft", "model": "/models/tiny", "dataset": "tatsu-lab/alpaca"}
+    response = _post(api_client_for(org), project, body)
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "type": "invalid_request",
+        "message": "This field is required.",
+        "param": "dataset_format",
+    }
 
 
 def test_another_orgs_project_is_404(api_client_for, org, other_project):

@@ -19,6 +19,7 @@ from apps.jobs.finetune import TRAINER_MISSING
 from apps.jobs.forms import ContainerJobForm
 from apps.jobs.models import Job
 from apps.secrets import services as secret_services
+from tests.factories import ProjectFactory, uploaded_dataset
 
 pytestmark = pytest.mark.django_db
 
@@ -120,6 +121,7 @@ def test_it_shows_both_forms_with_a_label_for_every_field(client_for, member, pr
         "max_cost_usd": "Max cost (USD)",
         "max_price_usd_hr": "Price ceiling (USD/h)",
         "ssh_public_key": "SSH public key",
+        "priority_class": "Priority class",
     }
     finetune_labels = {
         "name": "Job name",
@@ -132,6 +134,7 @@ def test_it_shows_both_forms_with_a_label_for_every_field(client_for, member, pr
         "accelerator": "Accelerator",
         "gpu_count": "GPU count",
         "disk_gb": "Disk (GB)",
+        "priority_class": "Priority class",
     }
     for prefix, labels in (("container", container_labels), ("finetune", finetune_labels)):
         for field, label in labels.items():
@@ -555,6 +558,133 @@ def test_a_bad_fine_tune_field_is_reported_next_to_it(
     assert response.status_code == 200
     assert field_errors(response, f"finetune-{field}") == [message]
     assert all_field_error_ids(response) == [f"finetune-{field}"]
+    assert not Job.objects.exists()
+
+
+CHATML = [
+    {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]},
+    {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]},
+]
+
+
+@pytest.fixture
+def media(settings, tmp_path):
+    settings.MEDIA_ROOT = tmp_path / "media"
+
+
+def test_the_dataset_field_offers_the_projects_uploaded_datasets(
+    client_for, member, org, project, other_project, media
+):
+    toy = uploaded_dataset(project, name="Toy")
+    chat = uploaded_dataset(project, name="Chats", dataset_format="chatml", rows=CHATML)
+    elsewhere = uploaded_dataset(ProjectFactory(organization=org, slug="other"), name="Near")
+    theirs = uploaded_dataset(other_project, name="Theirs")
+
+    body = client_for(member).get(PAGE).content.decode()
+
+    dataset_input = re.search(r'<input [^>]*id="finetune-dataset"[^>]*>', body).group(0)
+    assert 'list="finetune-dataset-choices"' in dataset_input
+    datalist = re.search(
+        r'<datalist id="finetune-dataset-choices">(.*?)</datalist>', body, re.S
+    ).group(1)
+    options = re.findall(
+        r'<option value="([^"]+)" data-format="([^"]+)">([^<]*)</option>', datalist
+    )
+    assert options == [  # newest first
+        (chat.public_id, "chatml", "Chats · ChatML · 2 rows"),
+        (toy.public_id, "alpaca", "Toy · Alpaca · 3 rows"),
+    ]
+    assert elsewhere.public_id not in body and theirs.public_id not in body
+    assert 'src="/static/js/new-job.js"' in body
+
+
+def test_a_project_without_datasets_links_to_the_upload(client_for, member, project):
+    body = client_for(member).get(PAGE).content.decode()
+    assert "No datasets uploaded to Vision yet" in body
+    assert 'href="/o/acme/projects/vision/datasets/"' in body
+
+
+def test_a_fine_tune_on_an_uploaded_dataset_names_it_by_id(client_for, member, project, media):
+    chat = uploaded_dataset(project, name="Chats", dataset_format="chatml", rows=CHATML)
+
+    response = client_for(member).post(
+        PAGE, finetune_data(dataset=f" {chat.public_id} ", dataset_format="chatml")
+    )
+
+    assert response.status_code == 302
+    config = json.loads(only_job().spec["container"]["env"][FINETUNE_CONFIG_ENV])
+    assert (config["dataset"], config["dataset_format"]) == (chat.public_id, "chatml")
+
+
+@pytest.mark.parametrize("whose", ["another project of the org", "another org"])
+def test_a_dataset_of_another_project_cannot_be_used(
+    client_for, member, org, project, other_project, media, whose
+):
+    owner = ProjectFactory(organization=org) if whose == "another project of the org" else None
+    dataset = uploaded_dataset(owner or other_project)
+
+    response = client_for(member).post(PAGE, finetune_data(dataset=dataset.public_id))
+
+    assert response.status_code == 200
+    assert field_errors(response, "finetune-dataset") == [
+        f"No uploaded dataset {dataset.public_id} in project Vision."
+    ]
+    assert all_field_error_ids(response) == ["finetune-dataset"]
+    assert not Job.objects.exists()
+
+
+def test_an_uploaded_dataset_trains_only_as_the_format_it_was_checked_as(
+    client_for, member, project, media
+):
+    toy = uploaded_dataset(project, name="Toy")
+
+    response = client_for(member).post(
+        PAGE, finetune_data(dataset=toy.public_id, dataset_format="sharegpt")
+    )
+
+    assert field_errors(response, "finetune-dataset_format") == [
+        f"{toy.public_id} (Toy) was checked as Alpaca when it was uploaded; train it as Alpaca."
+    ]
+    assert all_field_error_ids(response) == ["finetune-dataset_format"]
+    assert not Job.objects.exists()
+
+
+@pytest.mark.parametrize("form", ["finetune", "container"])
+def test_both_forms_offer_a_priority_class_standard_by_default(client_for, member, project, form):
+    body = client_for(member).get(PAGE).content.decode()
+    select = re.search(rf'<select [^>]*id="{form}-priority_class">(.*?)</select>', body, re.S)
+    options = re.findall(r'<option value="(\w+)"( selected)?>(\w+)</option>', select.group(1))
+    assert options == [("standard", " selected", "Standard"), ("preemptible", "", "Preemptible")]
+
+
+@pytest.mark.parametrize(
+    ("data", "posted", "expected"),
+    [
+        (finetune_data, "preemptible", "preemptible"),
+        (finetune_data, "standard", "standard"),
+        (finetune_data, None, "standard"),
+        (container_data, "preemptible", "preemptible"),
+        (container_data, None, "standard"),
+    ],
+)
+def test_the_priority_class_chosen_is_the_jobs(client_for, member, project, data, posted, expected):
+    fields = data(command="true") if data is container_data else data()
+    if posted is None:
+        fields.pop("priority_class", None)
+    else:
+        fields["priority_class"] = posted
+
+    assert client_for(member).post(PAGE, fields).status_code == 302
+
+    job = only_job()
+    assert (job.priority_class, job.spec["priority_class"]) == (expected, expected)
+
+
+def test_an_unknown_priority_class_is_a_field_error(client_for, member, project):
+    response = client_for(member).post(PAGE, finetune_data(priority_class="urgent"))
+    assert field_errors(response, "finetune-priority_class") == [
+        "Select a valid choice. urgent is not one of the available choices."
+    ]
     assert not Job.objects.exists()
 
 

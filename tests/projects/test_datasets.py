@@ -1,3 +1,4 @@
+import hashlib
 import json
 
 import pytest
@@ -51,16 +52,20 @@ def test_a_member_uploads_an_alpaca_jsonl_and_sees_the_preview(
     assert dataset.uploaded_by == member
     assert dataset.size_bytes == len(_jsonl(ALPACA)) + 2
     assert dataset.file.name == f"datasets/{project.public_id}/toy.jsonl"
+    assert dataset.sha256 == hashlib.sha256(_jsonl(ALPACA) + b"\n\n").hexdigest()
     assert _stored_files(media_root) == [media_root / dataset.file.name]
 
     body = client.get(response["Location"]).content.decode()
     assert "### Instruction:\nAdd the numbers" in body
     assert "2 and 3" in body
     assert "Hello there" in body
-    assert dataset.file.path in body
+    # Named by its id, never by a path on the server (the storage may have none).
+    assert f'<code id="dataset-id">{dataset.public_id}</code>' in body
+    assert str(media_root) not in body
 
     listing = client.get(URL).content.decode()
-    assert "Toy" in listing and "Alpaca" in listing and dataset.file.path in listing
+    assert "Toy" in listing and "Alpaca" in listing and dataset.public_id in listing
+    assert str(media_root) not in listing
 
 
 def test_a_csv_prompt_completion_upload(client_for, member, project):

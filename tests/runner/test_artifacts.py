@@ -363,3 +363,18 @@ def test_a_download_away_past_the_bound_starts_without_resume(plane, launch, tmp
     assert plane.messages("user") == [""]
     assert plane.messages("system")[1].startswith("could not fetch the checkpoint")
     assert len(plane.download_tries) >= 3
+
+
+def test_an_upload_refused_as_too_large_is_given_up_at_once(plane, launch, tmp_path):
+    plane.spec = spec(script_b64=script(SAVES))
+    plane.upload_statuses = [413, 413]  # the checkpoint, then the adapter
+
+    runner = launch(plane)
+
+    assert runner.wait(30) == 0, _runner_log(tmp_path)
+    assert_complete(plane)
+    assert len(plane.upload_tries) == 2  # one try each, no retries
+    assert plane.uploads == []
+    refused = [m for m in plane.messages("system") if m.startswith("could not upload the ")]
+    assert len(refused) == 2 and all("HTTP 413" in m for m in refused)
+    assert plane.exits[0]["exit_code"] == 0

@@ -1,0 +1,79 @@
+"""What the benchmarks that run the real stack share: a database of their own, Django set up
+on it, the stack (web, worker, beat) with production timings, and cleanup of runners."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from contextlib import suppress
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+TERMINAL = {"succeeded", "failed", "terminated"}
+# The integration tests shorten these; the benches measure what production runs.
+TEST_TIMINGS = (
+    "RECONCILE_INTERVAL_S",
+    "HEARTBEAT_INTERVAL_S",
+    "HEARTBEAT_TIMEOUT_S",
+    "TERMINATE_GRACE_S",
+    "LAUNCH_STALL_S",
+    "LOG_BATCH_MAX_INTERVAL_S",
+    "TRAINYARD_CLOCK_SCALE",
+    "PREEMPTION_MAX_PER_JOB",
+)
+
+
+def database_url(name: str) -> str:
+    return f"{ADMIN_URL.rsplit('/', 1)[0]}/{name}"
+
+
+def recreate_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def setup_django(name: str, redis_url: str) -> None:
+    """Recreate database `name`, point this process at it and `redis_url`, migrate."""
+    recreate_database(name)
+    os.environ["DATABASE_URL"] = database_url(name)
+    os.environ["REDIS_URL"] = redis_url  # the Celery app here talks through the stack's broker
+    os.environ["DJANGO_SETTINGS_MODULE"] = "config.test_settings"
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def production_stack(name: str, redis_url: str, workdir: Path):
+    from tests.integration.stack import Stack
+
+    class ProductionTimingStack(Stack):
+        def env(self, **extra: str) -> dict[str, str]:
+            env = super().env(**extra)
+            for variable in TEST_TIMINGS:
+                if variable not in extra:
+                    env.pop(variable, None)
+            return env
+
+    return ProductionTimingStack(
+        database_url=database_url(name), redis_url=redis_url, workdir=workdir
+    )
+
+
+def stop_runners() -> None:
+    """Stop every runner the worker started (their own process groups outlive the worker)."""
+    from apps.jobs.models import Attempt
+    from apps.providers.backends import procfs
+
+    for handle in Attempt.objects.exclude(handle={}).values_list("handle", flat=True):
+        if procfs.alive(handle["pid"], handle.get("start_ticks")):
+            with suppress(ProcessLookupError):
+                os.killpg(handle["pgid"], signal.SIGKILL)
