@@ -4,8 +4,9 @@ production timings (heartbeats every 5 s, reconcile every 5 s, 10 s grace).
 
 - Work lost: a preemptible fine-tune of the tiny model (`max_steps` 40, a checkpoint every
   `SAVE_STEPS`) on a one-slot offer. Once its step-8 checkpoint is uploaded, either a standard
-  job displaces it (graceful: `checkpoint_and_exit`, the trainer saves at the current step) or
-  its runner's process group is SIGKILLed (hard: no grace, it resumes from the last upload).
+  job displaces it (graceful: `checkpoint_and_exit`, the trainer saves at the current step) or,
+  half an interval later, its runner's process group is SIGKILLed (hard: no grace, it resumes
+  from the last upload).
   Steps recomputed = the last step the first attempt's trainer printed (read from its runner's
   on-disk spool, which keeps what a SIGKILL stopped from being sent) minus the step the second
   attempt resumed from, against the checkpoint interval (it should be at most one interval).
@@ -108,7 +109,7 @@ def one_slot_accelerator() -> str:
 def steps_recomputed(api: Api, project: str, data: dict, accelerator: str, *, hard: bool) -> int:
     """Run a fine-tune, preempt it after its step-8 checkpoint, wait for it to succeed; the
     steps its second attempt trained again."""
-    from apps.jobs.models import Artifact, Attempt, JobEvent
+    from apps.jobs.models import Artifact, Attempt, JobEvent, MetricPoint
 
     job_id = api.post(
         f"/api/v1/projects/{project}/finetunes",
@@ -128,6 +129,14 @@ def steps_recomputed(api: Api, project: str, data: dict, accelerator: str, *, ha
         "a step-8 checkpoint",
     )
     if hard:
+        # Half an interval past the checkpoint: a kill lands anywhere between two saves.
+        wait(
+            lambda: MetricPoint.objects.filter(
+                job__public_id=job_id, step__gte=8 + SAVE_STEPS // 2
+            ).exists(),
+            120,
+            "two more steps",
+        )
         handle = Attempt.objects.get(job__public_id=job_id, number=1).handle
         os.killpg(handle["pgid"], signal.SIGKILL)
     else:

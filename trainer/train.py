@@ -7,6 +7,7 @@ before the first step so a wrong model id fails before any time is spent trainin
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import warnings
@@ -97,6 +98,14 @@ def resolve_checkpoint(path: str | None) -> str | None:
     return str(max(steps)[1])
 
 
+def checkpoint_step(checkpoint: str | None) -> int:
+    """The step a checkpoint directory was saved at (its trainer_state.json), 0 for none."""
+    if checkpoint is None:
+        return 0
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return int(state.get("global_step") or 0)
+
+
 def run(config: TrainConfig, *, resume_from: str | None = None) -> int:
     """Train, grade and save; the exit code. Raises ConfigError, DataError or ModelError for
     input that cannot be used."""
@@ -158,8 +167,18 @@ def run(config: TrainConfig, *, resume_from: str | None = None) -> int:
 
     stop.phase = "training"
     trainer.add_callback(TrainStartCallback(len(split.train), len(split.held_out), checkpoint))
-    trainer.train(resume_from_checkpoint=checkpoint)
-    if stop.requested:
+    resumed_step = checkpoint_step(checkpoint)
+    if config.max_steps is not None and resumed_step >= config.max_steps:
+        # Stopped right after its last step: training is over. (Trainer would train one step
+        # past max_steps from here.) Only the weights are needed, to grade and save.
+        say(f"the checkpoint is at the last step ({resumed_step}): finishing")
+        trainer._load_from_checkpoint(checkpoint)
+        trainer.state.global_step = resumed_step
+    else:
+        trainer.train(resume_from_checkpoint=checkpoint)
+    # A checkpoint-and-exit request that came with the last step changes nothing: finish.
+    over = trainer.state.global_step >= trainer.state.max_steps > 0
+    if stop.requested and not (over and stop.signal_name == "SIGUSR1"):
         emit(
             "stopped",
             step=trainer.state.global_step,

@@ -10,7 +10,6 @@ from playwright.sync_api import expect
 
 from apps.jobs import services
 from apps.jobs.models import Job
-from tests.live import wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -144,41 +143,36 @@ def test_a_finetune_from_the_form_shows_its_curve_checkpoints_and_adapter(
     screenshot(page, "finetune-succeeded")
 
 
-def test_a_displaced_finetune_is_watched_through_preemption_and_resume(
-    signed_in, team, solo, tiny_model, demo_data, screenshot
-):
-    from apps.jobs import finetune
-    from apps.jobs.models import Artifact
+# Attempt 1 logs six steps and waits; attempt 2 (no checkpoint: it starts over) logs four.
+STARTS_OVER = """
+import json, os, time
+attempt = os.environ["TRAINYARD_ATTEMPT"]
+for step in range(1, 7 if attempt == "1" else 5):
+    print(json.dumps({"type": "metrics", "step": step, "loss": 1 / step}), flush=True)
+    time.sleep(0.2)
+if attempt == "1":
+    time.sleep(600)
+"""
 
-    config = {
-        "model": str(tiny_model),
-        "dataset": str(demo_data["alpaca"]),
-        "dataset_format": "alpaca",
-        "max_steps": 16,
-        "save_steps": 4,
-        "learning_rate": 0.003,
-        "seed": 42,
-    }
+
+def test_a_displaced_job_is_watched_through_preemption_and_restart(
+    signed_in, team, solo, screenshot
+):
     compute = {"accelerator": solo, "gpu_count": 1, "ephemeral_disk_gb": 1}
     victim = services.job_create(
         organization=team["org"],
-        payload=finetune.job_payload(
-            name="spot-lora",
-            project_id=team["project"].public_id,
-            config=config,
-            compute=compute,
-            priority_class="preemptible",
-        ),
+        payload={
+            "name": "spot-run",
+            "project": team["project"].public_id,
+            "priority_class": "preemptible",
+            "compute": compute,
+            "container": {"image": "local", "command": ["python", "-c", STARTS_OVER]},
+        },
     ).job
     page = signed_in(team["member"])
     page.goto(f"/o/studio/jobs/{victim.public_id}/")
     page.evaluate("window.__notReloaded = true")
-    expect(page.locator('#job-status[data-state="running"]')).to_be_visible(timeout=60_000)
-    wait_until(
-        lambda: Artifact.objects.filter(job=victim, kind="checkpoint", step__gte=4).exists(),
-        timeout=240,
-        what="a first checkpoint",
-    )
+    expect(page.locator("#loss-chart")).to_have_attribute("data-points", "6", timeout=60_000)
     standard = services.job_create(
         organization=team["org"],
         payload={
@@ -192,14 +186,14 @@ def test_a_displaced_finetune_is_watched_through_preemption_and_resume(
     expect(page.locator('#job-status[data-state="preempted"]')).to_be_visible(timeout=60_000)
     expect(page.locator("#job-attempts")).to_contain_text(f"preempted by {standard.public_id}")
     screenshot(page, "job-preempted")
-    expect(page.locator('#job-status[data-state="succeeded"]')).to_be_visible(timeout=300_000)
-    resumed = victim.events.get(type="resumed_from_checkpoint").data["step"]
-    expect(page.locator("#loss-chart")).to_have_attribute("data-resumes", str(resumed))
-    # One point per step: the steps trained again after the resume replaced the old ones.
-    expect(page.locator("#loss-chart")).to_have_attribute("data-points", "16")
+    expect(page.locator('#job-status[data-state="succeeded"]')).to_be_visible(timeout=60_000)
+    # It started over: steps 5 and 6 of the first attempt are gone from the curve, and a
+    # dashed line marks the restart at step 0.
+    expect(page.locator("#loss-chart")).to_have_attribute("data-resumes", "0")
+    expect(page.locator("#loss-chart")).to_have_attribute("data-points", "4")
     expect(page.locator("#job-attempts tbody tr")).to_have_count(2)
     expect(
-        page.locator("#events-body .event-row", has_text="resumed_from_checkpoint")
+        page.locator("#events-body .event-row", has_text="restarted_from_beginning")
     ).to_have_count(1)
     assert page.evaluate("window.__notReloaded") is True
-    screenshot(page, "job-resumed")
+    screenshot(page, "job-restarted")

@@ -17,11 +17,11 @@ from apps.jobs.models import Artifact, Attempt, Job, JobEvent, MetricPoint
 from tests.factories import ProjectFactory, UserFactory
 from tests.integration.conftest import TERMINAL
 from tests.integration.stack import wait_for
-from tests.trainer.conftest import run_trainer
+from tests.trainer.conftest import start_trainer
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
-MAX_STEPS = 24
+MAX_STEPS = 40
 SAVE_STEPS = 4
 
 
@@ -92,6 +92,18 @@ def final_curve(job_id: str) -> dict[int, float]:
     return {point.step: point.loss for point in points}
 
 
+def points_and_lines(job_id: str) -> str:
+    """What to look at when a curve is wrong: every point, and the user lines near the end."""
+    from apps.jobs.models import LogLine
+
+    points = MetricPoint.objects.filter(job__public_id=job_id).order_by("id")
+    lines = LogLine.objects.filter(job__public_id=job_id, source="user").order_by("-id")[:40]
+    return "\n".join(
+        [f"{p.attempt}:{p.step} loss={p.loss} superseded={p.superseded}" for p in points]
+        + [f"{line.attempt}| {line.message[:200]}" for line in reversed(lines)]
+    )
+
+
 def assert_attempts_never_overlap(job_id: str) -> None:
     attempts = list(Attempt.objects.filter(job__public_id=job_id).order_by("number"))
     assert [a.number for a in attempts] == list(range(1, len(attempts) + 1))
@@ -105,6 +117,8 @@ def test_a_standard_job_displaces_a_preemptible_finetune_which_resumes_and_loses
 ):
     project = ProjectFactory(organization=compute_org)
     finetune = submit_finetune(api, project, solo, tiny_model, demo_data, priority="preemptible")
+    # The uninterrupted run with the same config and seed, meanwhile, for the final loss.
+    baseline = start_trainer(config_of(Job.objects.get(public_id=finetune)), tmp_path / "base")
     wait_for(lambda: checkpoint_uploaded(finetune, 8), timeout=240, what="a step-8 checkpoint")
 
     standard = submit(api, solo, priority="standard", code="print('standard work done')")
@@ -137,17 +151,16 @@ def test_a_standard_job_displaces_a_preemptible_finetune_which_resumes_and_loses
     newest = Artifact.objects.filter(job__public_id=finetune, attempt=1, kind="checkpoint")
     assert resumed.data["step"] == max(a.step for a in newest) >= 8
     curve = final_curve(finetune)
-    assert sorted(curve) == list(range(1, MAX_STEPS + 1))
+    assert sorted(curve) == list(range(1, MAX_STEPS + 1)), points_and_lines(finetune)
     second_steps = MetricPoint.objects.filter(
         job__public_id=finetune, attempt=2, loss__isnull=False
     ).values_list("step", flat=True)
     assert min(second_steps) == resumed.data["step"] + 1
 
     # And it ends where an uninterrupted run with the same seed ends.
-    job = Job.objects.get(public_id=finetune)
-    baseline = run_trainer(config_of(job), tmp_path / "baseline")
-    assert baseline.returncode == 0, baseline.stderr[-2000:]
-    assert curve[MAX_STEPS] == pytest.approx(baseline.losses()[MAX_STEPS], rel=1e-2)
+    uninterrupted = baseline.wait()
+    assert uninterrupted.returncode == 0, uninterrupted.stderr[-2000:]
+    assert curve[MAX_STEPS] == pytest.approx(uninterrupted.losses()[MAX_STEPS], rel=1e-2)
 
 
 def test_a_runner_killed_outright_is_reclaimed_and_resumes_from_its_last_upload(

@@ -59,6 +59,15 @@ def test_launch_is_idempotent_per_attempt(kind, live_server):
             lambda: len(procfs.group_members(handle["pgid"])) == 2, 20, what="runner and workload"
         )
         assert backend.poll(handle).state == "running"
+        # The runner's `started` report is done before the group is killed: a request cut off
+        # mid-transaction could deadlock with the test database's flush.
+        wait_until(
+            lambda: Attempt.objects.filter(
+                job__public_id=request.job_id, started_at__isnull=False
+            ).exists(),
+            20,
+            what="the runner's started report",
+        )
     finally:
         backend.release(handle)
 

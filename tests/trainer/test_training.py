@@ -123,6 +123,12 @@ def resumed(runs, tiny_model, demo_data, tmp_path_factory) -> dict[str, Finished
         "after_sigusr1": start_trainer(
             long_config, tmp_path_factory.mktemp("after-sigusr1"), resume_from=stopped_at
         ),
+        # A run stopped right after its last step (and preempted before its adapter was out).
+        "from_40": start_trainer(
+            long_config,
+            tmp_path_factory.mktemp("from-40"),
+            resume_from=runs["long"].checkpoint_dir / "checkpoint-40",
+        ),
     }
     return {name: running.wait() for name, running in started.items()}
 
@@ -233,6 +239,19 @@ def test_a_run_resumed_after_sigusr1_ends_as_the_uninterrupted_run(runs, resumed
     assert run.returncode == 0, run.stderr
     assert run.points()[0].step == stopped + 1
     assert run.losses()[40] == pytest.approx(runs["long"].losses()[40], rel=1e-3)
+
+
+def test_a_run_resumed_from_its_last_step_trains_no_more_and_finishes(runs, resumed):
+    run = resumed["from_40"]
+
+    assert run.returncode == 0, run.stderr
+    assert run.points() == []  # no step 41
+    assert "trainer: the checkpoint is at the last step (40): finishing" in run.lines
+    grading = run.events("grading")[0]
+    long_grading = runs["long"].events("grading")[0]
+    assert grading["passed"] is True
+    assert grading["eval_loss_after"] == pytest.approx(long_grading["eval_loss_after"], rel=1e-4)
+    assert (run.checkpoint_dir / "adapter" / "adapter_config.json").is_file()
 
 
 def test_sigterm_checkpoints_the_current_step_and_exits_143(runs):
