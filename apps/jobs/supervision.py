@@ -48,10 +48,6 @@ def accounted_seconds(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds()) * settings.TRAINYARD_CLOCK_SCALE
 
 
-def attempt_cost_micros(attempt: Attempt) -> int:
-    return attempt.cost_micros
-
-
 def bill(job: Job, now: datetime | None = None) -> int:
     """Bring every attempt's billed minutes up to date and store the job's accrued spend.
     Call under the job's row lock. Returns the job's accrued micro-dollars."""
@@ -63,7 +59,7 @@ def bill(job: Job, now: datetime | None = None) -> int:
         if minutes != attempt.billed_minutes:
             attempt.billed_minutes = minutes
             Attempt.objects.filter(pk=attempt.pk).update(billed_minutes=minutes)
-        total += attempt_cost_micros(attempt)
+        total += attempt.cost_micros
     if total != job.accrued_micros:
         job.accrued_micros = total
         Job.objects.filter(pk=job.pk).update(accrued_micros=total)

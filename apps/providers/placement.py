@@ -18,6 +18,7 @@ from django.db.models import Q, Sum
 
 from apps.catalog.models import Offer
 from apps.catalog.selectors import offers_with_free_capacity
+from apps.jobs.states import JobState
 
 STANDARD_MARKETS = (Offer.Market.ON_DEMAND,)
 PREEMPTIBLE_MARKETS = (Offer.Market.SPOT, Offer.Market.ON_DEMAND)
@@ -31,7 +32,7 @@ def held_for_others(offer: Offer, job) -> int:
     """GPUs of `offer` freed by displaced attempts and held for jobs other than `job` that
     are still waiting to be placed."""
     return (
-        offer.attempts.filter(ended_at__isnull=False, preempted_by__state="requested")
+        offer.attempts.filter(ended_at__isnull=False, preempted_by__state=JobState.REQUESTED)
         .filter(~Q(preempted_by=job))
         .aggregate(n=Sum("gpu_count"))["n"]
         or 0
