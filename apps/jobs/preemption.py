@@ -272,19 +272,11 @@ def record_resume(job: Job, attempt: Attempt, resumed_from_step: int | None) -> 
     MetricPoint.objects.filter(
         job=job, attempt__lt=attempt.number, step__gt=step, superseded=False
     ).update(superseded=True)
-    if resumed_from_step is not None:
-        services.record_event(
-            job=job,
-            attempt=attempt.number,
-            type="resumed_from_checkpoint",
-            message=f"Resumed from the checkpoint at step {step}.",
-            data={"step": step},
-        )
+    if resumed_from_step is None:
+        kind = "restarted_from_beginning"
+        message = "No checkpoint to resume from: the workload starts from the beginning."
     else:
-        services.record_event(
-            job=job,
-            attempt=attempt.number,
-            type="restarted_from_beginning",
-            message="No checkpoint to resume from: the workload starts from the beginning.",
-            data={"step": 0},
-        )
+        kind, message = "resumed_from_checkpoint", f"Resumed from the checkpoint at step {step}."
+    services.record_event(
+        job=job, attempt=attempt.number, type=kind, message=message, data={"step": step}
+    )
