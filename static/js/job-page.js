@@ -123,8 +123,9 @@
     ctx.setLineDash([5, 4]);
     ctx.lineWidth = 1.5;
     resumes.forEach(function (step) {
-      var x = Math.round(u.valToPos(step, "x", true));
-      if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) return;
+      // A restart from the beginning (step 0) sits left of the first step: mark the edge.
+      var x = Math.max(u.bbox.left + 1, Math.round(u.valToPos(step, "x", true)));
+      if (x > u.bbox.left + u.bbox.width) return;
       ctx.beginPath();
       ctx.moveTo(x, u.bbox.top);
       ctx.lineTo(x, u.bbox.top + u.bbox.height);
