@@ -197,3 +197,27 @@ def test_a_displaced_job_is_watched_through_preemption_and_restart(
     ).to_have_count(1)
     assert page.evaluate("window.__notReloaded") is True
     screenshot(page, "job-restarted")
+
+
+def test_picking_an_uploaded_dataset_sets_the_format(signed_in, team):
+    from tests.factories import uploaded_dataset
+
+    dataset = uploaded_dataset(
+        team["project"],
+        name="Chats",
+        dataset_format="chatml",
+        rows=[
+            {
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello"},
+                ]
+            }
+        ],
+    )
+    page = signed_in(team["member"])
+    page.goto("/o/studio/projects/speech/jobs/new/")
+    form = page.locator("#finetune-form")
+    form.get_by_label("Dataset format").select_option("alpaca")
+    form.get_by_label("Dataset", exact=True).fill(dataset.public_id)
+    expect(form.get_by_label("Dataset format")).to_have_value("chatml")
