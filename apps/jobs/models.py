@@ -196,6 +196,18 @@ class Attempt(models.Model):
                 fields=["job"], condition=Q(ended_at__isnull=True), name="one_live_attempt_per_job"
             ),
         ]
+        indexes = [
+            # Placement counts an offer's live attempts and the capacity held by displaced
+            # ones; both stay small while the attempts an offer ever ran keep growing.
+            models.Index(
+                fields=["offer"], condition=Q(ended_at__isnull=True), name="attempt_live_offer"
+            ),
+            models.Index(
+                fields=["offer"],
+                condition=Q(preempted_by__isnull=False),
+                name="attempt_displaced_offer",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.job_id}#{self.number}"

@@ -32,7 +32,11 @@ def held_for_others(offer: Offer, job) -> int:
     """GPUs of `offer` freed by displaced attempts and held for jobs other than `job` that
     are still waiting to be placed."""
     return (
-        offer.attempts.filter(ended_at__isnull=False, preempted_by__state=JobState.REQUESTED)
+        offer.attempts.filter(
+            preempted_by__isnull=False,  # as the partial index attempt_displaced_offer says
+            ended_at__isnull=False,
+            preempted_by__state=JobState.REQUESTED,
+        )
         .filter(~Q(preempted_by=job))
         .aggregate(n=Sum("gpu_count"))["n"]
         or 0
