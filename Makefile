@@ -41,14 +41,13 @@ run: install
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: install-dev
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-test: install-dev
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+test: lint
 	DATABASE_POOL=0 DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) manage.py makemigrations --check --dry-run --settings config.test_settings
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(PYTEST_ARGS)
 

@@ -190,9 +190,9 @@ def breakdown(attempt, bodies: list[bytes]) -> dict[str, float]:
     from django.db import connection
     from django.test import override_settings
 
-    from apps.jobs import ingestion
+    from apps.jobs.execution.tokens import nonce_from, token_for
     from apps.jobs.models import Attempt
-    from apps.jobs.tokens import nonce_from, token_for
+    from apps.jobs.telemetry import ingestion
 
     token = token_for(attempt.token_nonce)
     steps: dict[str, list[float]] = {
@@ -249,7 +249,7 @@ def bench(port: int, endpoint_attempt, copy_job, batches: list[list[Line]]) -> t
     """(endpoint lines/s, COPY lines/s), taking turns a round at a time."""
     import psycopg
 
-    from apps.jobs.tokens import token_for
+    from apps.jobs.execution.tokens import token_for
 
     bodies = [request_body(batch) for batch in batches]
     rows = [

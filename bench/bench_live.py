@@ -255,7 +255,7 @@ def push_steps_ms(job) -> dict[str, float]:
     from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
 
-    from apps.jobs import live, realtime
+    from apps.jobs.live import partials, push
     from apps.jobs.models import JobEvent
 
     layer = get_channel_layer()
@@ -265,9 +265,9 @@ def push_steps_ms(job) -> dict[str, float]:
     message = {"type": "job.push", "seq": 1, "html": ""}
 
     def whole():
-        realtime._push(
+        push._push(
             job_pk=job.pk,
-            groups=(realtime.job_group(job.public_id), realtime.project_group("none")),
+            groups=(push.job_group(job.public_id), push.project_group("none")),
             seq=1,
             event_ids=event_ids,
             log_ids=[],
@@ -276,8 +276,8 @@ def push_steps_ms(job) -> dict[str, float]:
         )
 
     def render():
-        message["html"] = live.render_push(
-            live.job_for_push(job.pk),
+        message["html"] = partials.render_push(
+            partials.job_for_push(job.pk),
             seq=1,
             event_ids=event_ids,
             log_ids=[],
@@ -307,8 +307,8 @@ def push_steps_ms(job) -> dict[str, float]:
     render()
     result = {
         "whole push": timed(whole),
-        "watchers GET": timed(lambda: realtime.watched(group)),
-        "job_for_push": timed(lambda: live.job_for_push(job.pk)),
+        "watchers GET": timed(lambda: push.watched(group)),
+        "job_for_push": timed(lambda: partials.job_for_push(job.pk)),
         "render_push": timed(render),
         "async_to_sync(group_send)": timed(lambda: async_to_sync(layer.group_send)(group, message)),
         "of which async_to_sync(no-op)": timed(lambda: async_to_sync(nothing)()),
@@ -437,14 +437,17 @@ def main() -> int:
     import requests
     from playwright.sync_api import sync_playwright
 
-    from apps.jobs import live
+    from apps.jobs.live import partials
     from tests.integration.stack import Stack
 
     org, user, jobs = make_team()
     fill_job(jobs["big"], events=BIG_EVENTS, log_lines=BIG_LOG_LINES, metrics=BIG_METRICS)
     # As much as the page shows, no more: the windows and the chart's cap.
     fill_job(
-        jobs["window"], events=live.WINDOW, log_lines=live.WINDOW, metrics=live.CHART_MAX_POINTS
+        jobs["window"],
+        events=partials.WINDOW,
+        log_lines=partials.WINDOW,
+        metrics=partials.CHART_MAX_POINTS,
     )
     paths = {name: f"/o/{org.slug}/jobs/{jobs[name].public_id}/" for name in jobs}
 

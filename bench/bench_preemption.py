@@ -150,7 +150,7 @@ def steps_recomputed(api: Api, project: str, data: dict, accelerator: str, *, ha
 def step_reached(attempt) -> int:
     """The last step the attempt's trainer printed, from its runner's on-disk spool: lines a
     SIGKILL kept from reaching the control plane are still there."""
-    from apps.jobs.metrics_parsing import parse_metric_line
+    from apps.jobs.telemetry.metrics import parse_metric_line
 
     steps = [0]
     spool = Path(attempt.handle["workdir"]) / "spool.jsonl"

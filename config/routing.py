@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from apps.jobs import consumers
+from apps.jobs.live import consumers
 
 websocket_urlpatterns = [
     path("ws/jobs/<str:job_id>/", consumers.JobConsumer.as_asgi()),

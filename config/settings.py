@@ -48,9 +48,8 @@ INSTALLED_APPS = [
     "apps.catalog",
     "apps.providers",
     "apps.jobs",
+    "apps.finetunes",
     "apps.secrets",
-    "apps.billing",
-    "apps.playground",
 ]
 
 MIDDLEWARE = [
@@ -212,7 +211,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["apps.accounts.permissions.IsOrgMember"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "EXCEPTION_HANDLER": "apps.accounts.api_errors.exception_handler",
+    "EXCEPTION_HANDLER": "apps.core.api_errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }

@@ -9,18 +9,19 @@ urlpatterns = [
     path("healthz", account_views.healthz, name="healthz"),
     path("", include("apps.accounts.urls")),
     path("", include("apps.projects.urls")),
-    path("", include("apps.jobs.urls")),
-    path("", include("apps.jobs.new_job_urls")),
-    path("api/v1/", include("apps.accounts.api_urls")),
+    path("", include("apps.jobs.web.urls")),
+    path("", include("apps.finetunes.urls")),
     path("api/v1/", include("apps.projects.api_urls")),
+    path("api/v1/", include("apps.finetunes.api_urls")),
     path("api/v1/compute/", include("apps.catalog.api_urls")),
     path("api/v1/compute/", include("apps.secrets.api_urls")),
-    path("api/v1/compute/", include("apps.jobs.api_urls")),
-    path("api/v1/runner/", include("apps.jobs.runner_urls")),
-    path("api/v1/operator/", include("apps.jobs.operator_urls")),
+    path("api/v1/compute/", include("apps.jobs.api.urls")),
+    path("api/v1/runner/", include("apps.jobs.runner_api.urls")),
+    path("api/v1/runner/", include("apps.finetunes.runner_urls")),
+    path("api/v1/operator/", include("apps.jobs.api.operator_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 
-handler404 = "apps.accounts.api_errors.handler404"
-handler500 = "apps.accounts.api_errors.handler500"
+handler404 = "apps.core.api_errors.handler404"
+handler500 = "apps.core.api_errors.handler500"

@@ -3,10 +3,12 @@
 1. Read the configuration (exit 2 when a variable is missing); create the workdir; take an
    exclusive non-blocking `flock` on `runner.lock` (exit 75 when another runner holds it)
    and write `runner.pid`.
-2. Fetch the spec, retrying while the control plane is away.
-3. Start the workload in the runner's own process group, with its output piped through the
-   `OutputCollector` into the `Spool`; a `LogSender` thread ships spooled lines in batches,
-   a `Heartbeat` thread posts `started`, then heartbeats, and passes on the orders.
+2. Fetch the spec, retrying while the control plane is away; exit 2 without starting
+   anything when it names a protocol version this runner does not speak (`runner.protocol`).
+3. Start the workload (`runner.workload`) in the runner's own process group, with its output
+   piped through the `OutputCollector` into the `Spool`; a `LogSender` thread ships spooled
+   lines in batches, a `Heartbeat` thread (`runner.loops`) posts `started`, then heartbeats,
+   and passes on the orders.
 4. The main thread supervises: it alone sends signals. `terminate` (an order, or SIGTERM /
    SIGINT to the runner) sends SIGTERM to the process group and SIGKILLs the workload's
    process after `terminate_grace_s`; `checkpoint_and_exit` sends SIGUSR1 to the group
@@ -15,10 +17,11 @@
    `workload exited with code N` spooled, every line flushed, `exit` posted, exit 0 — all
    within `final_flush_timeout_s`.
 
-Exit statuses of the runner: 0 done (or superseded), 1 the token was refused (401/404),
-2 bad configuration, 69 the control plane could not be told of the exit within
-`final_flush_timeout_s` (`exit.json` still says what happened), 75 another runner holds the
-workdir.
+Exit statuses of the runner (`runner.protocol.EXIT_*`): 0 done (or superseded), 1 the token
+was refused (401/404), 2 bad configuration or a protocol version mismatch (the spec's
+`protocol_version`, or a 400 `unsupported_protocol`), 69 the control plane could not be told
+of the exit within `final_flush_timeout_s` (`exit.json` still says what happened), 75 another
+runner holds the workdir.
 
 Decisions where the page is silent:
 
@@ -50,20 +53,13 @@ Decisions where the page is silent:
 
 from __future__ import annotations
 
-import base64
-import binascii
 import fcntl
-import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from runner.artifacts import ArtifactUploader, ResumeError, checkpoint_root, fetch_resume
@@ -72,305 +68,48 @@ from runner.client import (
     FatalError,
     RetryableError,
     RetryStopped,
+    StopWhen,
     SupersededError,
-    call_with_retry,
+    UnsupportedProtocolError,
+    log,
+    refusal_status,
+    retrying,
 )
-from runner.config import WORKLOAD_HIDDEN_VARS, ConfigError, RunnerConfig, load_config
+from runner.config import ConfigError, RunnerConfig, load_config
 from runner.inputs import InputError, fetch_inputs
+from runner.loops import Heartbeat, LogSender
 from runner.masking import Masker
-from runner.output import OutputCollector, utc_now_iso
+from runner.output import OutputCollector
+from runner.protocol import (
+    ENV_RESUME_FROM,
+    EXIT_CONFIG,
+    EXIT_LOCKED,
+    EXIT_NO_INPUT,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_SIGTERM,
+    EXIT_UNREPORTED,
+    MIN_PROTOCOL_VERSION,
+    ORDER_CHECKPOINT_AND_EXIT,
+    ORDER_TERMINATE,
+    PROTOCOL_VERSION,
+    STREAM_STDERR,
+    STREAM_STDOUT,
+    supported,
+)
+from runner.spec import JobSpec, SpecError
 from runner.spool import Spool
-
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_CONFIG = 2
-EXIT_UNREPORTED = 69  # EX_UNAVAILABLE
-EXIT_LOCKED = 75  # EX_TEMPFAIL
-
-EXIT_NO_INPUT = 66  # EX_NOINPUT: an input of the spec could not be fetched
-EXIT_CANNOT_EXECUTE = 126
-EXIT_NOT_FOUND = 127
+from runner.workload import (
+    exit_code_of,
+    prepare,
+    spawn,
+    start_failure_code,
+    workload_env,
+    write_exit_json,
+)
 
 READER_DRAIN_TIMEOUT_S = 2.0
-# A request body stays well under the 2.5 MB a Django server accepts by default
-# (DATA_UPLOAD_MAX_MEMORY_SIZE), even for a batch of 16,384-character lines.
-MAX_BATCH_BYTES = 1_000_000
-THREAD_JOIN_TIMEOUT_S = 12.0  # a request in flight times out after 10 s
 SUPERVISE_POLL_S = 0.1
-
-
-def log(message: str) -> None:
-    """The runner's own diagnostics, on its stderr (never the job's log)."""
-    print(f"runner: {message}", file=sys.stderr, flush=True)
-
-
-def _log_retry(attempt: int, error: RetryableError, delay: float) -> None:
-    if attempt == 1 or attempt % 10 == 0:
-        log(f"{error} (try {attempt}; next in {delay:.1f} s)")
-
-
-def exit_code_of(returncode: int) -> int:
-    """The reported exit code: a signal-killed workload (negative returncode) is 128 + sig."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-@dataclass
-class JobSpec:
-    """The answer of `GET spec`, with the page's defaults where a setting is missing."""
-
-    job_id: str = ""
-    attempt: int = 0
-    command: list[str] | None = None
-    script_b64: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    mask: list[str] = field(default_factory=list)
-    heartbeat_interval_s: float = 5.0
-    log_batch_max_lines: int = 1000
-    log_batch_max_interval_s: float = 0.25
-    terminate_grace_s: float = 10.0
-    final_flush_timeout_s: float = 600.0
-    resume_from: Any = None  # checked by runner.artifacts.fetch_resume
-    inputs: Any = None  # checked by runner.inputs.fetch_inputs
-
-    @classmethod
-    def from_json(cls, data: dict) -> JobSpec:
-        """Lenient on settings (a bad number falls back to its default); `command`,
-        `script_b64` are checked when the workload is built (`workload_argv`)."""
-        spec = cls()
-
-        def number(name: str, kind: Callable[[Any], Any], minimum: float) -> None:
-            value = data.get(name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                return
-            if value >= minimum:
-                setattr(spec, name, kind(value))
-
-        spec.job_id = str(data.get("job_id") or "")
-        spec.attempt = data.get("attempt") if isinstance(data.get("attempt"), int) else 0
-        spec.command = data.get("command")
-        spec.script_b64 = data.get("script_b64")
-        env = data.get("env") or {}
-        if isinstance(env, dict):
-            spec.env = {str(k): "" if v is None else str(v) for k, v in env.items()}
-        mask = data.get("mask") or []
-        if isinstance(mask, list):
-            spec.mask = [value for value in mask if isinstance(value, str)]
-        number("heartbeat_interval_s", float, 0.05)
-        number("log_batch_max_lines", int, 1)
-        number("log_batch_max_interval_s", float, 0)
-        number("terminate_grace_s", float, 0)
-        number("final_flush_timeout_s", float, 0)
-        spec.resume_from = data.get("resume_from")
-        spec.inputs = data.get("inputs") or None
-        return spec
-
-
-class SpecError(Exception):
-    """The spec cannot be run (neither or both of command and script_b64, bad base64)."""
-
-
-def workload_argv(spec: JobSpec, workdir: Path) -> list[str]:
-    """The workload's argv; writes `{workdir}/script.sh` for a script job."""
-    has_command = spec.command is not None
-    has_script = spec.script_b64 is not None
-    if has_command == has_script:
-        raise SpecError("the spec must set exactly one of command and script_b64")
-    if has_command:
-        command = spec.command
-        if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
-            raise SpecError("command must be a non-empty list of strings")
-        return list(command)
-    try:
-        script = base64.b64decode(str(spec.script_b64), validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise SpecError(f"script_b64 is not base64: {exc}") from exc
-    path = workdir / "script.sh"
-    path.write_bytes(script)
-    path.chmod(0o700)
-    return ["bash", str(path)]
-
-
-def workload_env(spec: JobSpec, base: dict[str, str] | None = None) -> dict[str, str]:
-    """The runner's environment minus the runner's own variables, plus the spec's env."""
-    source = os.environ if base is None else base
-    env = {key: value for key, value in source.items() if key not in WORKLOAD_HIDDEN_VARS}
-    env.update(spec.env)
-    return env
-
-
-def write_exit_json(workdir: Path, exit_code: int) -> None:
-    """Write `{workdir}/exit.json` atomically."""
-    path = workdir / "exit.json"
-    tmp = path.with_name("exit.json.tmp")
-    tmp.write_text(json.dumps({"exit_code": exit_code, "finished_at": utc_now_iso()}) + "\n")
-    os.replace(tmp, path)
-
-
-class Aborted(Exception):
-    """Raised in the main thread once a thread saw 401/404 or 409 superseded."""
-
-
-class LogSender:
-    """Ships spooled lines: a batch holds at most `max_lines` (and `MAX_BATCH_BYTES` of
-    JSON) and goes when it is full or `max_interval_s` after its first line was seen;
-    `flush_now()` sends without waiting. A line is acknowledged in the spool only after the
-    control plane answered 200 for its batch.
-
-    Retries forever until `stop()`; a refusal calls `on_abort(exit_status, reason)`.
-    """
-
-    def __init__(
-        self,
-        client: ControlClient,
-        spool: Spool,
-        *,
-        max_lines: int,
-        max_interval_s: float,
-        on_abort: Callable[[int, str], None],
-    ) -> None:
-        self.client = client
-        self.spool = spool
-        self.max_lines = max_lines
-        self.max_interval_s = max_interval_s
-        self.on_abort = on_abort
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._flush = False
-        self._idle = True
-        self._thread = threading.Thread(target=self._run, name="runner-sender", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def notify(self) -> None:
-        """Called after lines were spooled; wakes the sender only when that matters, so a
-        fast workload does not wake it once per line."""
-        if self._idle or self.spool.pending >= self.max_lines:
-            self._wake.set()
-
-    def flush_now(self) -> None:
-        self._flush = True
-        self._wake.set()
-
-    def stop(self, timeout: float = THREAD_JOIN_TIMEOUT_S) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def _wait(self, timeout: float) -> None:
-        self._wake.wait(timeout)
-        self._wake.clear()
-
-    def _run(self) -> None:
-        first_seen: float | None = None
-        while not self._stop.is_set():
-            pending = self.spool.pending
-            if pending <= 0:
-                first_seen = None
-                self._idle = True
-                if self.spool.pending <= 0:  # a line may have come before _idle was set
-                    self._wait(1.0)
-                self._idle = False
-                continue
-            now = time.monotonic()
-            if first_seen is None:
-                first_seen = now
-            due = first_seen + self.max_interval_s
-            if pending < self.max_lines and now < due and not self._flush:
-                self._wait(due - now)
-                continue
-            lines = self.spool.unacked(self.max_lines, MAX_BATCH_BYTES)
-            try:
-                call_with_retry(
-                    lambda lines=lines: self.client.post_logs(lines),
-                    should_stop=self._stop.is_set,
-                    sleep=self._stop.wait,
-                    on_retry=_log_retry,
-                )
-            except RetryStopped:
-                return
-            except SupersededError as exc:
-                self.on_abort(EXIT_OK, str(exc))
-                return
-            except FatalError as exc:
-                self.on_abort(EXIT_REFUSED, str(exc))
-                return
-            except Exception as exc:  # a bug must not silently stop the logs
-                log(f"sending logs failed: {exc!r}")
-                self._stop.wait(1.0)
-                continue
-            self.spool.ack(lines[-1]["seq"])
-            if len(lines) >= pending:
-                first_seen = None
-            # else: lines seen before this send are left (the batch was cut by size); they
-            # are due already, so the next batch goes at once.
-
-
-class Heartbeat:
-    """Posts `started` once, then a heartbeat every `interval_s`; hands each answer's
-    order to `on_order`. Retries forever until `stop()`; a refusal calls `on_abort`."""
-
-    def __init__(
-        self,
-        client: ControlClient,
-        *,
-        pid: int,
-        resumed_from_step: int | None = None,
-        interval_s: float,
-        last_seq: Callable[[], int],
-        on_order: Callable[[str], None],
-        on_abort: Callable[[int, str], None],
-    ) -> None:
-        self.client = client
-        self.pid = pid
-        self.resumed_from_step = resumed_from_step
-        self.interval_s = interval_s
-        self.last_seq = last_seq
-        self.on_order = on_order
-        self.on_abort = on_abort
-        self.started_acked = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="runner-heartbeat", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout: float = THREAD_JOIN_TIMEOUT_S) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def _call(self, fn: Callable[[], dict]) -> dict:
-        return call_with_retry(
-            fn, should_stop=self._stop.is_set, sleep=self._stop.wait, on_retry=_log_retry
-        )
-
-    def _run(self) -> None:
-        try:
-            answer = self._call(lambda: self.client.post_started(self.pid, self.resumed_from_step))
-            self.started_acked = True
-            self._obey(answer)
-            while not self._stop.wait(self.interval_s):
-                try:
-                    answer = self._call(lambda: self.client.post_heartbeat(self.last_seq()))
-                except (RetryStopped, SupersededError, FatalError):
-                    raise
-                except Exception as exc:  # a bug must not stop the heartbeats
-                    log(f"heartbeat failed: {exc!r}")
-                    continue
-                self._obey(answer)
-        except RetryStopped:
-            return
-        except SupersededError as exc:
-            self.on_abort(EXIT_OK, str(exc))
-        except FatalError as exc:
-            self.on_abort(EXIT_REFUSED, str(exc))
-
-    def _obey(self, answer: dict) -> None:
-        order = answer.get("order", "continue")
-        if order != "continue":
-            self.on_order(str(order))
 
 
 class Runner:
@@ -393,6 +132,8 @@ class Runner:
         self.uploader: ArtifactUploader | None = None
         # The checkpoint step the workload resumes from; None when it starts from scratch.
         self.resumed_from_step: int | None = None
+        # Ends the main thread's retries, and cuts their sleeps short, on a terminate.
+        self._retry_stop = StopWhen(self._stopping, self._sleep_unless_stopping)
 
     # -- requests from other threads and signals -----------------------------------------
 
@@ -403,9 +144,9 @@ class Runner:
             log(f"stopping: {reason}")
 
     def order(self, order: str) -> None:
-        if order == "terminate":
+        if order == ORDER_TERMINATE:
             self._terminate_requested = True
-        elif order == "checkpoint_and_exit":
+        elif order == ORDER_CHECKPOINT_AND_EXIT:
             self._checkpoint_requested = True
         else:
             log(f"ignoring unknown order {order!r}")
@@ -469,24 +210,28 @@ class Runner:
 
     def _run_locked(self) -> int:
         try:
-            answer = call_with_retry(
-                self.client.get_spec,
-                should_stop=self._stopping,
-                sleep=self._sleep_unless_stopping,
-                on_retry=_log_retry,
+            answer = retrying(self.client.get_spec, stop=self._retry_stop)
+        except UnsupportedProtocolError as exc:
+            log(
+                f"{exc}: the control plane does not speak runner protocol version "
+                f"{PROTOCOL_VERSION}; the workload never started"
             )
-        except SupersededError as exc:
+            return refusal_status(exc)
+        except (SupersededError, FatalError) as exc:
             log(str(exc))
-            return EXIT_OK
-        except FatalError as exc:
-            log(str(exc))
-            return EXIT_REFUSED
+            return refusal_status(exc)
         except RetryStopped:
             log("terminated before the spec arrived; the workload never started")
-            write_exit_json(self.workdir, 128 + signal.SIGTERM)
+            write_exit_json(self.workdir, EXIT_SIGTERM)
             return EXIT_OK
         spec = JobSpec.from_json(answer)
-
+        if spec.protocol_version is None or not supported(spec.protocol_version):
+            log(
+                f"the spec is of runner protocol version {answer.get('protocol_version')!r}, "
+                f"this runner speaks {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}: not starting "
+                "the workload (a newer runner is needed)"
+            )
+            return EXIT_CONFIG
         assert self.spool is not None
         sender = LogSender(
             self.client,
@@ -505,7 +250,6 @@ class Runner:
             work_dir=work,
             checkpoint_root=checkpoint_root(workload_env(spec), work),
             report=collector.system,
-            on_retry=_log_retry,
         )
         self.uploader = uploader
         collector.on_stdout_line = uploader.offer
@@ -538,7 +282,6 @@ class Runner:
                 deadline=time.monotonic() + spec.final_flush_timeout_s,
                 should_stop=self._stopping,
                 sleep=self._sleep_unless_stopping,
-                on_retry=_log_retry,
             )
         except SupersededError as exc:
             self.abort(EXIT_OK, str(exc))
@@ -549,7 +292,7 @@ class Runner:
                     f"could not fetch the checkpoint to resume from: {exc}; starting without it"
                 )
             return
-        spec.env["TRAINYARD_RESUME_FROM"] = str(directory)
+        spec.env[ENV_RESUME_FROM] = str(directory)
         self.resumed_from_step = step
         self.collector.system(f"resuming from checkpoint at step {step}")
 
@@ -565,7 +308,6 @@ class Runner:
                 deadline=time.monotonic() + spec.final_flush_timeout_s,
                 should_stop=self._stopping,
                 sleep=self._sleep_unless_stopping,
-                on_retry=_log_retry,
             )
         except SupersededError as exc:
             self.abort(EXIT_OK, str(exc))
@@ -582,39 +324,23 @@ class Runner:
     def _start_workload(self, spec: JobSpec) -> tuple[subprocess.Popen | None, int]:
         """Start the workload; `(proc, 0)`, or `(None, exit code)` when it cannot start."""
         assert self.collector is not None
-        work = self.workdir / "work"
         try:
-            argv = workload_argv(spec, self.workdir)
-            work.mkdir(parents=True, exist_ok=True)
-            env = workload_env(spec)
-            checkpoint_dir = env.get("TRAINYARD_CHECKPOINT_DIR", "")
-            if checkpoint_dir:
-                (work / checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            argv, env = prepare(spec, self.workdir)
         except (SpecError, OSError) as exc:
             self.collector.system(f"cannot start the workload: {exc}")
             return None, EXIT_NOT_FOUND
         if self._stopping():
             self.collector.system("terminated before the workload started")
-            return None, 128 + signal.SIGTERM
+            return None, EXIT_SIGTERM
         self.collector.system(f"starting workload: {shlex.join(argv)}")
         try:
-            # No new session: the workload shares the runner's process group, so a signal
-            # to the group reaches the runner and everything the workload starts.
-            proc = subprocess.Popen(
-                argv,
-                cwd=str(work),
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                close_fds=True,
-            )
+            proc = spawn(argv, self.workdir / "work", env)
         except OSError as exc:
             self.collector.system(f"cannot start the workload: {exc}")
-            return None, EXIT_CANNOT_EXECUTE if isinstance(exc, PermissionError) else EXIT_NOT_FOUND
+            return None, start_failure_code(exc)
         assert proc.stdout is not None and proc.stderr is not None
-        self.collector.start_reader(proc.stdout, "stdout")
-        self.collector.start_reader(proc.stderr, "stderr")
+        self.collector.start_reader(proc.stdout, STREAM_STDOUT)
+        self.collector.start_reader(proc.stderr, STREAM_STDERR)
         heartbeat = Heartbeat(
             self.client,
             pid=proc.pid,
@@ -699,22 +425,11 @@ class Runner:
             if self.heartbeat is not None and not self.heartbeat.started_acked:
                 pid = self.heartbeat.pid
                 step = self.resumed_from_step
-                call_with_retry(
-                    lambda: self.client.post_started(pid, step),
-                    deadline=deadline,
-                    on_retry=_log_retry,
-                )
-            call_with_retry(
-                lambda: self.client.post_exit(exit_code, last_seq),
-                deadline=deadline,
-                on_retry=_log_retry,
-            )
-        except SupersededError as exc:
+                retrying(lambda: self.client.post_started(pid, step), deadline=deadline)
+            retrying(lambda: self.client.post_exit(exit_code, last_seq), deadline=deadline)
+        except (SupersededError, FatalError) as exc:
             log(str(exc))
-            return EXIT_OK
-        except FatalError as exc:
-            log(str(exc))
-            return EXIT_REFUSED
+            return refusal_status(exc)
         except RetryableError as exc:
             log(f"could not report the exit: {exc}")
             return EXIT_UNREPORTED

@@ -52,11 +52,15 @@ from runner.client import (
     FatalError,
     RetryableError,
     RetryStopped,
+    StopWhen,
     SupersededError,
-    call_with_retry,
+    log_retry,
+    retrying,
 )
+from runner.protocol import ARTIFACT_LINE_TYPES, ENV_CHECKPOINT_DIR, LINE_CHECKPOINT
 
-KINDS = ("checkpoint", "adapter")
+# What a line must contain to be worth parsing: one of the types, quoted.
+_TYPE_MARKERS = tuple(f'"{kind}"' for kind in sorted(ARTIFACT_LINE_TYPES))
 COPY_CHUNK_BYTES = 1024 * 1024
 GZIP_LEVEL = 1  # weights barely compress; speed matters more than a few percent
 
@@ -73,13 +77,13 @@ def parse_artifact_line(text: str) -> ArtifactRequest | None:
     stripped = text.strip()
     if not (stripped.startswith("{") and '"path"' in stripped):
         return None
-    if '"checkpoint"' not in stripped and '"adapter"' not in stripped:
+    if not any(marker in stripped for marker in _TYPE_MARKERS):
         return None
     try:
         data = json.loads(stripped)
     except ValueError:
         return None
-    if not isinstance(data, dict) or data.get("type") not in KINDS:
+    if not isinstance(data, dict) or data.get("type") not in ARTIFACT_LINE_TYPES:
         return None
     path, step = data.get("path"), data.get("step")
     if not isinstance(path, str) or not path:
@@ -213,7 +217,7 @@ def fetch_resume(
     deadline: float,
     should_stop: Callable[[], bool],
     sleep: Callable[[float], object],
-    on_retry: Callable[[int, RetryableError, float], object] | None = None,
+    on_retry: Callable[[int, RetryableError, float], object] | None = log_retry,
 ) -> tuple[Path, int]:
     """Download, check and extract the spec's `resume_from`; return (directory, step).
 
@@ -238,11 +242,10 @@ def fetch_resume(
     partial = resume_dir / f".checkpoint-{step}.partial"
     try:
         with open(archive, "w+b") as out:
-            call_with_retry(
+            retrying(
                 lambda: client.download(url, out),
                 deadline=deadline,
-                should_stop=should_stop,
-                sleep=sleep,
+                stop=StopWhen(should_stop, sleep),
                 on_retry=on_retry,
             )
         actual = _sha256_of(archive)
@@ -279,7 +282,7 @@ class ArtifactUploader:
         work_dir: Path,
         checkpoint_root: Path | None,
         report: Callable[[str], None],
-        on_retry: Callable[[int, RetryableError, float], object] | None = None,
+        on_retry: Callable[[int, RetryableError, float], object] | None = log_retry,
     ) -> None:
         self.client = client
         self.workdir = workdir
@@ -296,6 +299,7 @@ class ArtifactUploader:
         self._stop = threading.Event()
         self._deadline: float | None = None
         self._count = 0
+        self._retry_stop = StopWhen(self._should_stop, self._sleep)
         self._thread = threading.Thread(target=self._run, name="runner-artifacts", daemon=True)
 
     def start(self) -> None:
@@ -312,7 +316,7 @@ class ArtifactUploader:
         request = parse_artifact_line(text)
         if request is None:
             return
-        if request.kind == "checkpoint" and request.step is None:
+        if request.kind == LINE_CHECKPOINT and request.step is None:
             self._say(f"not uploading the checkpoint at {request.path}: it has no step")
             return
         with self._lock:
@@ -383,7 +387,7 @@ class ArtifactUploader:
         tmp = self.workdir / f"artifact-{self._count}.tar.gz.tmp"
         directory = os.path.join(self.work_dir, request.path)
         if self.checkpoint_root is None:
-            self._say(f"not uploading {request.path}: the job has no TRAINYARD_CHECKPOINT_DIR")
+            self._say(f"not uploading {request.path}: the job has no {ENV_CHECKPOINT_DIR}")
             return
         if not (inside(directory, self.checkpoint_root) and os.path.isdir(directory)):
             self._say(
@@ -397,12 +401,11 @@ class ArtifactUploader:
                 self._say(f"could not pack the {what} ({request.path}): {exc}")
                 return
             try:
-                answer = call_with_retry(
+                answer = retrying(
                     lambda: self.client.upload_artifact(
                         request.kind, request.step, str(packed.path), packed.sha256
                     ),
-                    should_stop=self._should_stop,
-                    sleep=self._sleep,
+                    stop=self._retry_stop,
                     on_retry=self.on_retry,
                 )
             except RetryStopped:
@@ -421,7 +424,7 @@ class ArtifactUploader:
 
 def checkpoint_root(env: dict[str, str], work: Path) -> Path | None:
     """The absolute checkpoint directory of a workload running in `work`, or None."""
-    value = env.get("TRAINYARD_CHECKPOINT_DIR", "")
+    value = env.get(ENV_CHECKPOINT_DIR, "")
     if not value:
         return None
     return Path(os.path.realpath(work / value))

@@ -4,18 +4,25 @@ Every answer is classified (`classify`) into one of four outcomes, and `ControlC
 raises accordingly:
 
 - ok: 2xx with a JSON object body (returned as a dict);
-- fatal (`FatalError`): 401 (bad token) and 404 (the token is not this job's);
+- fatal (`FatalError`): 401 (bad token) and 404 (the token is not this job's), and 400
+  `{"error": {"type": "unsupported_protocol"}}` (`UnsupportedProtocolError`: the control plane
+  does not speak this runner's protocol version; retrying cannot help);
 - superseded (`SupersededError`): 409 `{"error": {"type": "attempt_superseded"}}`;
 - retry (`RetryableError`): everything else: 5xx, refused or reset connections, timeouts,
-  and also any other status (400, 403, 413, 3xx, a 409 of another type) and a 2xx whose
+  and also any other status (another 400, 403, 413, 3xx, a 409 of another type) and a 2xx whose
   body is not a JSON object (a proxy's page). The page names only 401, 404 and 409 as
   reasons to stop, and everything the runner sends is idempotent; an unexpected answer
   may come from a proxy or a control plane being redeployed, and killing a long training
   run for it would be worse than retrying. Retrying is bounded where it matters: after the
   workload ends, by `final_flush_timeout_s`. Each retry is reported on the runner's stderr.
 
+Every request carries `Authorization: Bearer <token>` and `X-Trainyard-Protocol: <version>`
+(`runner.protocol`).
+
 `call_with_retry` retries retryable errors with exponential backoff (0.2 s doubling to 10 s,
-with jitter) until an optional deadline or stop condition.
+with jitter) until an optional deadline or stop condition; `retrying` is how the runner calls
+it: one `stop` (a `threading.Event`, or a `StopWhen`) both ends the retries and cuts the
+backoff sleeps short, and every retry is reported on the runner's stderr (`log_retry`).
 
 Artifacts (`upload_artifact`, `download`) move raw bytes, streamed from and to files, never
 held in memory whole; their answers are classified the same way (a download's 2xx needs no
@@ -31,12 +38,26 @@ import json
 import os
 import random
 import socket
+import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from typing import IO, Any, TypeVar
+from dataclasses import dataclass
+from typing import IO, Any, Protocol, TypeVar
+
+from runner.protocol import (
+    ARTIFACT_CONTENT_TYPE,
+    ERROR_ATTEMPT_SUPERSEDED,
+    ERROR_UNSUPPORTED_PROTOCOL,
+    EXIT_CONFIG,
+    EXIT_OK,
+    EXIT_REFUSED,
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+    SHA256_HEADER,
+)
 
 REQUEST_TIMEOUT_S = 10.0
 ARTIFACT_TIMEOUT_S = 120.0
@@ -69,6 +90,11 @@ class FatalError(ClientError):
     """401 or 404: the runner stops the workload and exits 1."""
 
 
+class UnsupportedProtocolError(FatalError):
+    """400 unsupported_protocol: the control plane does not speak this runner's protocol
+    version; the runner exits 2."""
+
+
 class SupersededError(ClientError):
     """409 attempt_superseded: the runner stops the workload and exits 0."""
 
@@ -77,13 +103,24 @@ class RetryStopped(ClientError):
     """`call_with_retry` gave up because its stop condition became true."""
 
 
+def refusal_status(error: FatalError | SupersededError) -> int:
+    """The runner's exit status after the control plane refused a call with `error`."""
+    if isinstance(error, SupersededError):
+        return EXIT_OK
+    if isinstance(error, UnsupportedProtocolError):
+        return EXIT_CONFIG
+    return EXIT_REFUSED
+
+
 def classify(status: int, body: Any) -> Outcome:
     """The outcome of an answer with this status and (parsed JSON, or None) body."""
     if 200 <= status < 300:
         return Outcome.OK if isinstance(body, dict) else Outcome.RETRY
     if status in (401, 404):
         return Outcome.FATAL
-    if status == 409 and _error_type(body) == "attempt_superseded":
+    if status == 400 and _error_type(body) == ERROR_UNSUPPORTED_PROTOCOL:
+        return Outcome.FATAL
+    if status == 409 and _error_type(body) == ERROR_ATTEMPT_SUPERSEDED:
         return Outcome.SUPERSEDED
     return Outcome.RETRY
 
@@ -115,9 +152,11 @@ def _error_for(outcome: Outcome, detail: str, status: int, parsed: Any) -> Clien
     """The exception for a non-OK outcome of an answer."""
     error_type = _error_type(parsed)
     if outcome is Outcome.SUPERSEDED:
-        return SupersededError(f"{detail} attempt_superseded", status)
+        return SupersededError(f"{detail} {ERROR_ATTEMPT_SUPERSEDED}", status)
     suffix = f" {error_type}" if error_type else ""
     if outcome is Outcome.FATAL:
+        if error_type == ERROR_UNSUPPORTED_PROTOCOL:
+            return UnsupportedProtocolError(detail + suffix, status)
         return FatalError(detail + suffix, status)
     return RetryableError(detail + suffix, status)
 
@@ -152,6 +191,7 @@ class ControlClient:
         req.add_header("Authorization", f"Bearer {self._token}")
         req.add_header("Accept", "application/json")
         req.add_header("User-Agent", USER_AGENT)
+        req.add_header(PROTOCOL_HEADER, str(PROTOCOL_VERSION))
         if content_type is not None:
             req.add_header("Content-Type", content_type)
         return req
@@ -188,9 +228,9 @@ class ControlClient:
         query = urllib.parse.urlencode({"kind": kind, "step": "" if step is None else step})
         endpoint = f"artifacts?{query}"
         with open(path, "rb") as body:
-            req = self._request_object("POST", self.base + endpoint, body, "application/gzip")
+            req = self._request_object("POST", self.base + endpoint, body, ARTIFACT_CONTENT_TYPE)
             req.add_header("Content-Length", str(os.fstat(body.fileno()).st_size))
-            req.add_header("X-Trainyard-SHA256", sha256)
+            req.add_header(SHA256_HEADER, sha256)
             try:
                 return self._json_answer(
                     req, f"POST {endpoint}", max(self.timeout, ARTIFACT_TIMEOUT_S)
@@ -297,3 +337,49 @@ def call_with_retry(
         if should_stop is not None and should_stop():
             raise RetryStopped("stopped while retrying")
     raise AssertionError("unreachable")  # backoff_delays is infinite
+
+
+def log(message: str) -> None:
+    """The runner's own diagnostics, on its stderr (never the job's log)."""
+    print(f"runner: {message}", file=sys.stderr, flush=True)
+
+
+def log_retry(attempt: int, error: RetryableError, delay: float) -> None:
+    """Report a failed try that will be retried: the first, then every tenth."""
+    if attempt == 1 or attempt % 10 == 0:
+        log(f"{error} (try {attempt}; next in {delay:.1f} s)")
+
+
+class Stop(Protocol):
+    """What ends `retrying` and cuts its sleeps short; a `threading.Event` is one."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float) -> object: ...
+
+
+@dataclass(frozen=True)
+class StopWhen:
+    """A `Stop` made of a condition and a sleep that the condition cuts short."""
+
+    is_set: Callable[[], bool]
+    wait: Callable[[float], object]
+
+
+def retrying(
+    fn: Callable[[], T],
+    *,
+    deadline: float | None = None,
+    stop: Stop | None = None,
+    on_retry: Callable[[int, RetryableError, float], object] | None = log_retry,
+) -> T:
+    """`call_with_retry` as the runner calls it: until `deadline` (a time.monotonic() value)
+    or `stop.is_set()`, sleeping through `stop.wait` (plain `time.sleep` without a stop), each
+    retry reported by `on_retry` (on the runner's stderr by default)."""
+    return call_with_retry(
+        fn,
+        deadline=deadline,
+        should_stop=None if stop is None else stop.is_set,
+        sleep=time.sleep if stop is None else stop.wait,
+        on_retry=on_retry,
+    )

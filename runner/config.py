@@ -11,13 +11,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-CONTROL_URL = "TRAINYARD_CONTROL_URL"
-JOB_ID = "TRAINYARD_JOB_ID"
-RUNNER_TOKEN = "TRAINYARD_RUNNER_TOKEN"
-WORKDIR = "TRAINYARD_WORKDIR"
+from runner.protocol import ENV_CONTROL_URL, ENV_JOB_ID, ENV_RUNNER_TOKEN, ENV_WORKDIR
 
-REQUIRED_VARS = (CONTROL_URL, JOB_ID, RUNNER_TOKEN, WORKDIR)
-WORKLOAD_HIDDEN_VARS = (RUNNER_TOKEN, CONTROL_URL, WORKDIR)
+REQUIRED_VARS = (ENV_CONTROL_URL, ENV_JOB_ID, ENV_RUNNER_TOKEN, ENV_WORKDIR)
+WORKLOAD_HIDDEN_VARS = (ENV_RUNNER_TOKEN, ENV_CONTROL_URL, ENV_WORKDIR)
 
 
 class ConfigError(Exception):
@@ -48,12 +45,12 @@ def load_config(environ: Mapping[str, str] | None = None) -> RunnerConfig:
     missing = [name for name in REQUIRED_VARS if not env.get(name, "").strip()]
     if missing:
         raise ConfigError("missing environment variable(s): " + ", ".join(missing))
-    control_url = env[CONTROL_URL].strip().rstrip("/")
+    control_url = env[ENV_CONTROL_URL].strip().rstrip("/")
     if not control_url.startswith(("http://", "https://")):
-        raise ConfigError(f"{CONTROL_URL} must start with http:// or https://")
+        raise ConfigError(f"{ENV_CONTROL_URL} must start with http:// or https://")
     return RunnerConfig(
         control_url=control_url,
-        job_id=env[JOB_ID].strip(),
-        token=env[RUNNER_TOKEN].strip(),
-        workdir=Path(env[WORKDIR]).expanduser().absolute(),
+        job_id=env[ENV_JOB_ID].strip(),
+        token=env[ENV_RUNNER_TOKEN].strip(),
+        workdir=Path(env[ENV_WORKDIR]).expanduser().absolute(),
     )

@@ -20,8 +20,10 @@ from runner.client import (
     ClientError,
     ControlClient,
     RetryableError,
+    StopWhen,
     SupersededError,
-    call_with_retry,
+    log_retry,
+    retrying,
 )
 
 CHUNK_BYTES = 1024 * 1024
@@ -55,13 +57,14 @@ def fetch_inputs(
     deadline: float,
     should_stop: Callable[[], bool],
     sleep: Callable[[float], object],
-    on_retry: Callable[[int, RetryableError, float], object] | None = None,
+    on_retry: Callable[[int, RetryableError, float], object] | None = log_retry,
 ) -> list[Path]:
     """Download every input into `work`; return their paths. Retries while the control plane
     is away, until `deadline` (time.monotonic()) or `should_stop()`. Raises InputError naming
     the input for every failure except SupersededError, which propagates."""
     if not isinstance(inputs, list):
         raise InputError("inputs is not a list")
+    stop = StopWhen(should_stop, sleep)
     fetched: list[Path] = []
     for item in inputs:
         if not isinstance(item, dict):
@@ -77,11 +80,10 @@ def fetch_inputs(
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             with open(part, "w+b") as out:
-                call_with_retry(
+                retrying(
                     lambda out=out, url=url: client.download(url, out),
                     deadline=deadline,
-                    should_stop=should_stop,
-                    sleep=sleep,
+                    stop=stop,
                     on_retry=on_retry,
                 )
             if sha256:

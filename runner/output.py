@@ -35,9 +35,14 @@ import time
 from collections.abc import Callable
 
 from runner.masking import Masker
+from runner.protocol import (
+    MAX_MESSAGE_CHARS,
+    SOURCE_SYSTEM,
+    SOURCE_USER,
+    STREAM_STDOUT,
+)
 from runner.spool import Spool
 
-MAX_MESSAGE_CHARS = 16384
 READ_CHUNK_BYTES = 65536
 
 
@@ -139,7 +144,7 @@ class OutputCollector:
         clean = message.encode("utf-8", "replace").decode("utf-8")
         for line in clean.splitlines() or [""]:
             masked = self.masker.mask(line)
-            self._emit("system", "stdout", split_message(masked, self.max_message_chars))
+            self._emit(SOURCE_SYSTEM, STREAM_STDOUT, split_message(masked, self.max_message_chars))
 
     def close(self) -> None:
         """Stop spooling: lines that arrive later (a lingering grandchild's) are dropped."""
@@ -221,8 +226,9 @@ class OutputCollector:
         text = raw.decode("utf-8", "replace")
         if text.endswith("\r"):
             text = text[:-1]
-        self._emit("user", stream, split_message(self.masker.mask(text), self.max_message_chars))
-        if self.on_stdout_line is not None and stream == "stdout":
+        masked = self.masker.mask(text)
+        self._emit(SOURCE_USER, stream, split_message(masked, self.max_message_chars))
+        if self.on_stdout_line is not None and stream == STREAM_STDOUT:
             self.on_stdout_line(text)
 
     def _feed(self, stream: str, state: _LongLine, raw: bytes, *, final: bool) -> None:
@@ -252,4 +258,4 @@ class OutputCollector:
             pieces = [state.masked[i * limit : (i + 1) * limit] for i in range(count)]
             state.masked = state.masked[count * limit :]
             state.emitted = True
-            self._emit("user", stream, pieces)
+            self._emit(SOURCE_USER, stream, pieces)

@@ -46,7 +46,7 @@ def uploaded_dataset(project, *, name="Toy", dataset_format="alpaca", rows=None,
 
     from django.core.files.uploadedfile import SimpleUploadedFile
 
-    from apps.projects.services import dataset_upload
+    from apps.finetunes.services import dataset_upload
 
     rows = rows or [
         {"instruction": "Add the numbers", "input": "2 and 3", "output": "5"},

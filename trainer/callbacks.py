@@ -12,6 +12,7 @@ import time
 
 from transformers import TrainerCallback
 
+from runner.protocol import LINE_CHECKPOINT
 from trainer.events import emit, emit_metrics, fail
 from trainer.stopping import StopRequest
 
@@ -78,7 +79,7 @@ class CheckpointCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         path = os.path.abspath(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
         self.last_path = path
-        emit("checkpoint", step=state.global_step, path=path)
+        emit(LINE_CHECKPOINT, step=state.global_step, path=path)
 
 
 class StopCallback(TrainerCallback):

@@ -20,7 +20,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from trainer.config import RESUME_FROM_VAR, ConfigError, load_config
+from runner.protocol import ENV_RESUME_FROM
+from trainer.config import ConfigError, load_config
 from trainer.events import fail
 from trainer.formats import DataError
 
@@ -37,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--resume-from",
         metavar="DIR",
-        help=f"a checkpoint to resume from (default: ${RESUME_FROM_VAR})",
+        help=f"a checkpoint to resume from (default: ${ENV_RESUME_FROM})",
     )
     args = parser.parse_args(argv)  # exits 2 on a bad command line
 
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         config = load_config(path=args.config, json_text=args.config_json)
-        resume_from = args.resume_from or os.environ.get(RESUME_FROM_VAR, "")
+        resume_from = args.resume_from or os.environ.get(ENV_RESUME_FROM, "")
         return run(config, resume_from=resume_from)
     except (ConfigError, DataError, ModelError) as error:
         fail(str(error))

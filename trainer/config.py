@@ -15,10 +15,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-CHECKPOINT_DIR_VAR = "TRAINYARD_CHECKPOINT_DIR"
-RESUME_FROM_VAR = "TRAINYARD_RESUME_FROM"
-
-FORMATS = ("alpaca", "chatml", "sharegpt", "prompt_completion", "text", "pretokenized")
+from runner.protocol import ENV_CHECKPOINT_DIR
+from trainer.formats import FORMATS
 
 
 class ConfigError(Exception):
@@ -131,7 +129,7 @@ class TrainConfig:
         if output_dir is not None and (not isinstance(output_dir, str) or not output_dir):
             errors.append("'output_dir' must be a non-empty string")
             output_dir = None
-        output_dir = output_dir or env.get(CHECKPOINT_DIR_VAR, "").strip() or cls.output_dir
+        output_dir = output_dir or env.get(ENV_CHECKPOINT_DIR, "").strip() or cls.output_dir
         values["output_dir"] = str(Path(output_dir).expanduser().absolute())
 
         if errors:

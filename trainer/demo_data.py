@@ -16,7 +16,7 @@ import random
 import sys
 from pathlib import Path
 
-from trainer.config import FORMATS
+from trainer.formats import FORMATS
 
 ROWS = 64
 LETTERS = "abcdefgh"

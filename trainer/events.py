@@ -29,6 +29,8 @@ import math
 import sys
 from typing import Any
 
+from runner.protocol import LINE_METRICS
+
 
 def emit(kind: str, **fields: Any) -> None:
     print(json.dumps({"type": kind, **fields}), flush=True)
@@ -39,7 +41,7 @@ def emit_metrics(*, step: int, loss: float, **numbers: float | None) -> None:
     finite = {
         name: value for name, value in numbers.items() if value is not None and math.isfinite(value)
     }
-    emit("metrics", step=step, loss=loss, **finite)
+    emit(LINE_METRICS, step=step, loss=loss, **finite)
 
 
 def say(message: str) -> None:

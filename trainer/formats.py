@@ -20,6 +20,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+# Every format with its label for people, in the order forms list them; the control plane
+# imports this for its choices.
+FORMAT_CHOICES = [
+    ("alpaca", "Alpaca"),
+    ("chatml", "ChatML"),
+    ("sharegpt", "ShareGPT"),
+    ("prompt_completion", "Prompt-completion"),
+    ("text", "Plain text"),
+    ("pretokenized", "Pre-tokenized"),
+]
+FORMATS = tuple(value for value, _ in FORMAT_CHOICES)
+
 IGNORE_INDEX = -100  # labels the loss skips: the prompt, and padding
 
 # ShareGPT speakers, and the chat roles they stand for.

@@ -28,7 +28,8 @@ import os
 import signal
 import threading
 
-SIGTERM_EXIT_CODE = 128 + signal.SIGTERM  # 143
+from runner.protocol import EXIT_SIGTERM
+
 SIGTERM_SAVE_WITHIN_S = 1.0
 
 
@@ -49,7 +50,7 @@ class StopRequest:
 
     @property
     def exit_code(self) -> int:
-        return SIGTERM_EXIT_CODE if self.signal_name == "SIGTERM" else 0
+        return EXIT_SIGTERM if self.signal_name == "SIGTERM" else 0
 
     def install(self) -> None:
         signal.signal(signal.SIGUSR1, self._on_signal)
@@ -80,13 +81,13 @@ class StopRequest:
                 _write(2, f"trainer: {name} before training began: nothing to checkpoint")
                 os._exit(0)
             _write(2, f"trainer: {name} before training began: exiting")
-            os._exit(SIGTERM_EXIT_CODE)
+            os._exit(EXIT_SIGTERM)
         if self.phase == "finishing":
             if signum == signal.SIGUSR1:
                 _write(2, f"trainer: {name} after training: finishing (final checkpoint written)")
                 return
             _write(2, f"trainer: {name} while finishing: exiting")
-            os._exit(SIGTERM_EXIT_CODE)
+            os._exit(EXIT_SIGTERM)
         if signum == signal.SIGTERM or self.signal_name is None:
             self.signal_name = name
         _write(2, f"trainer: {name}: checkpointing at the end of the current step")
@@ -107,7 +108,7 @@ class StopRequest:
             f"trainer: SIGTERM: the step did not end within {self.save_within_s:g}s; "
             "exiting without a checkpoint",
         )
-        os._exit(SIGTERM_EXIT_CODE)
+        os._exit(EXIT_SIGTERM)
 
 
 def _write(fd: int, line: str) -> None:

@@ -14,12 +14,11 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner.protocol import EXIT_GRADING_FAILED, LINE_ADAPTER, LINE_GRADING
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import Encoder, encode_and_split, read_samples
 from trainer.events import emit, fail, say
 from trainer.stopping import StopRequest
-
-GRADING_FAILED_EXIT_CODE = 3
 
 # LoRA targets by `config.model_type` where peft's own table is missing or wider than wanted;
 # any other architecture gets peft's default for it.
@@ -205,7 +204,7 @@ def _grade_and_save(trainer, tokenizer, *, output_dir: Path, eval_loss_before, b
         eval_loss_before=eval_loss_before, eval_loss_after=eval_loss_after, bad_loss=bad_loss
     )
     emit(
-        "grading",
+        LINE_GRADING,
         eval_loss_before=eval_loss_before,
         eval_loss_after=eval_loss_after,
         passed=result.passed,
@@ -217,8 +216,8 @@ def _grade_and_save(trainer, tokenizer, *, output_dir: Path, eval_loss_before, b
     if not result.passed:
         emit("adapter_rejected", path=str(adapter_dir))
         fail(f"grading failed: {result.reason}")
-        return GRADING_FAILED_EXIT_CODE
-    emit("adapter", path=str(adapter_dir))
+        return EXIT_GRADING_FAILED
+    emit(LINE_ADAPTER, path=str(adapter_dir))
     return 0
 
 

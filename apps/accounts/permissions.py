@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from rest_framework import exceptions, permissions
 
-from apps.accounts.errors import TenantDisabled
 from apps.accounts.models import ApiKey, Role
 from apps.accounts.tenancy import (
     Caller,
@@ -13,6 +12,7 @@ from apps.accounts.tenancy import (
     caller_for_membership,
     default_membership,
 )
+from apps.core.errors import TenantDisabled
 
 
 def caller(request) -> Caller:

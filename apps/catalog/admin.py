@@ -1,11 +1,15 @@
 """The operator's catalog: accelerators (seeded) and offers (provider x accelerator x price x
-capacity). Prices are stored in micro-dollars and shown in dollars."""
+capacity), and providers with their offers inline (here rather than in apps.providers, which
+sits below the catalog and knows nothing of offers). Prices are stored in micro-dollars and
+shown in dollars."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
 from apps.catalog.models import Accelerator, Offer
+from apps.core.money import format_usd
+from apps.providers.models import Provider
 
 
 @admin.register(Accelerator)
@@ -31,16 +35,33 @@ class OfferAdmin(admin.ModelAdmin):
 
     @admin.display(description="$/GPU-hour", ordering="price_per_gpu_hour_micros")
     def price_usd_per_gpu_hour(self, offer: Offer) -> str:
-        price = usd(offer.price_per_gpu_hour_micros)
+        price = format_usd(offer.price_per_gpu_hour_micros)
         if offer.min_price_per_gpu_hour_micros == offer.max_price_per_gpu_hour_micros:
             return price
-        low = usd(offer.min_price_per_gpu_hour_micros)
-        high = usd(offer.max_price_per_gpu_hour_micros)
+        low = format_usd(offer.min_price_per_gpu_hour_micros)
+        high = format_usd(offer.max_price_per_gpu_hour_micros)
         return f"{price} (band {low} to {high})"
 
 
-def usd(micros: int) -> str:
-    """Dollars for people: cents when the amount is whole cents, else every digit kept."""
-    if micros % 10_000 == 0:
-        return f"${micros / 1_000_000:,.2f}"
-    return f"${micros / 1_000_000:,.6f}".rstrip("0")
+class OfferInline(admin.TabularInline):
+    model = Offer
+    extra = 0
+    fields = [
+        "accelerator",
+        "market",
+        "capacity",
+        "gpu_counts",
+        "price_per_gpu_hour_micros",
+        "min_price_per_gpu_hour_micros",
+        "max_price_per_gpu_hour_micros",
+        "enabled",
+    ]
+    show_change_link = True
+
+
+@admin.register(Provider)
+class ProviderAdmin(admin.ModelAdmin):
+    list_display = ["name", "kind", "enabled", "created_at"]
+    list_filter = ["kind", "enabled"]
+    search_fields = ["name"]
+    inlines = [OfferInline]

@@ -4,5 +4,4 @@ from apps.catalog import api
 
 urlpatterns = [
     path("catalog/accelerators", api.AcceleratorListView.as_view(), name="api-accelerators"),
-    path("catalog/quotes", api.QuoteView.as_view(), name="api-quotes"),
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from apps.accounts.errors import InvalidRequest
+from apps.core.errors import InvalidRequest
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 500

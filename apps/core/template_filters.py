@@ -5,18 +5,15 @@ from __future__ import annotations
 from django import template
 from django.utils import timezone
 
-from apps.core.money import micros_to_usd
+from apps.core.money import format_usd
 
 register = template.Library()
 
 
 @register.filter
 def usd(micros: int | None) -> str:
-    """Micro-dollars as dollars: 2 decimals, more when the amount is under a cent."""
-    if micros is None:
-        return "—"
-    value = micros_to_usd(micros)
-    return f"{value:.2f}" if value >= 0.01 or value == 0 else f"{value:.4f}"
+    """Micro-dollars as dollars, with the sign: `{{ job.accrued_micros|usd }}`."""
+    return format_usd(micros)
 
 
 @register.filter

@@ -4,7 +4,7 @@ The one operator action, "reclaim", takes a running job's hardware back as a pro
 
 from django.contrib import admin, messages
 
-from apps.jobs import preemption
+from apps.jobs.execution import preemption
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent
 
 

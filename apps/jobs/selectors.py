@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.db.models import Prefetch, Sum
 from django.http import Http404
 
-from apps.accounts.errors import InvalidRequest
 from apps.accounts.models import Organization
+from apps.core.errors import InvalidRequest
 from apps.core.pagination import PageRequest, created_page, id_page
 from apps.jobs.models import Attempt, Job, JobCounter, JobEvent, LogLine
 from apps.jobs.states import JobState

@@ -15,14 +15,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, connection, transaction
-from django.http import Http404
 from django.utils import timezone
 
-from apps.accounts.api_errors import first_validation_error
-from apps.accounts.errors import Conflict, InvalidRequest
 from apps.accounts.models import ApiKey, Organization, User
-from apps.core.transactions import after_commit
-from apps.jobs import realtime, states
+from apps.core.api_errors import first_validation_error
+from apps.core.errors import Conflict, InvalidRequest, NotFound
+from apps.jobs import enqueue, states
+from apps.jobs.events import JobEventType
+from apps.jobs.live import push
 from apps.jobs.models import Job, JobCounter, JobEvent, LogLine
 from apps.jobs.specs import JobCreateIn, normalise
 from apps.jobs.states import IllegalTransition, JobState
@@ -60,7 +60,7 @@ def _project_for(organization: Organization, project_id: str | None) -> Project:
     if project_id:
         project = Project.objects.for_org(organization).filter(public_id=project_id).first()
         if project is None:
-            raise Http404("No such project.")
+            raise NotFound("No such project.")
         return project
     project, _ = Project.objects.get_or_create(
         organization=organization,
@@ -122,13 +122,13 @@ def job_create(
             _count(job, None, JobState.REQUESTED)
             record_event(
                 job=job,
-                type="job_created",
+                type=JobEventType.JOB_CREATED,
                 message=f"Job {job.name!r} requested.",
                 data={"state": JobState.REQUESTED},
                 state_changed=True,
             )
             # Robust: if the broker is away, reconcile still finds the job in `requested`.
-            after_commit(_enqueue_dispatch, job.pk)
+            enqueue.dispatch_on_commit(job.pk)
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -183,7 +183,7 @@ def job_transition(
         _count(job, current, to)
         record_event(
             job=job,
-            type="state_changed",
+            type=JobEventType.STATE_CHANGED,
             message=message or f"{current} → {to}" + (f" ({reason})" if reason else ""),
             data={"from": current, "to": to, "reason": reason, **(data or {})},
             state_changed=True,
@@ -202,7 +202,7 @@ def job_terminate(*, job: Job, reason: str = "cancelled") -> Job:
         held_nothing = locked.state in states.NOTHING_TO_RELEASE
         record_event(
             job=locked,
-            type="terminate_requested",
+            type=JobEventType.TERMINATE_REQUESTED,
             message="Termination requested.",
             data={"reason": reason},
         )
@@ -238,8 +238,8 @@ def logs_append(*, job: Job, attempt: int, lines: Iterable[LogLineIn]) -> int:
     user = sum(1 for row in rows if row.source == LogLine.Source.USER)
     with transaction.atomic():
         created = LogLine.objects.bulk_create(rows, batch_size=1000)
-        seq = realtime.bump_live_seq(job.pk, user_lines=user, system_lines=len(rows) - user)
-        realtime.push_on_commit(job=job, seq=seq, log_ids=[row.pk for row in created])
+        seq = push.bump_live_seq(job.pk, user_lines=user, system_lines=len(rows) - user)
+        push.push_on_commit(job=job, seq=seq, log_ids=[row.pk for row in created])
     return len(rows)
 
 
@@ -257,12 +257,6 @@ def _count(job: Job, old: str | None, new: str) -> None:
                 f"DO UPDATE SET count = {table}.count + EXCLUDED.count",
                 [job.organization_id, job.project_id, state, deltas[state]],
             )
-
-
-def _enqueue_dispatch(job_pk: int) -> None:
-    from apps.jobs.tasks import dispatch_job
-
-    dispatch_job.delay(job_pk)
 
 
 def system_log(*, job: Job, attempt: int, message: str) -> None:
@@ -292,6 +286,6 @@ def record_event(
         message=message,
         data=data or {},
     )
-    seq = realtime.bump_live_seq(job.pk)
-    realtime.push_on_commit(job=job, seq=seq, event_ids=[event.id], state_changed=state_changed)
+    seq = push.bump_live_seq(job.pk)
+    push.push_on_commit(job=job, seq=seq, event_ids=[event.id], state_changed=state_changed)
     return event

@@ -16,6 +16,7 @@ from rest_framework import serializers
 
 from apps.catalog.models import Accelerator
 from apps.core.money import usd_to_micros
+from apps.core.serializers import StrictSerializer
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_PREFIX = "TRAINYARD_"
@@ -33,17 +34,6 @@ SSH_KEY_TYPES = frozenset(
         "sk-ecdsa-sha2-nistp256@openssh.com",
     }
 )
-
-
-class StrictSerializer(serializers.Serializer):
-    """Rejects fields it does not know, so a typo is an error rather than silently ignored."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({unknown[0]: "Unknown field."})
-        return super().to_internal_value(data)
 
 
 class ComputeIn(StrictSerializer):

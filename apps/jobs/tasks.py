@@ -9,7 +9,8 @@ import redis
 from django.conf import settings
 
 from apps.core.tasks import trainyard_task
-from apps.jobs import dispatch, supervision
+from apps.jobs.execution import dispatch, supervision
+from apps.jobs.execution import reconcile as reconcile_loop
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ def reconcile() -> None:
     if not lock.acquire():
         return
     try:
-        summary = supervision.reconcile()
+        summary = reconcile_loop.reconcile()
         if any(summary.values()):
             logger.info("reconcile: %s", summary)
     finally:

@@ -1,4 +1,5 @@
-"""`/api/v1/projects`: list, create and read the caller's organization's projects."""
+"""`/api/v1/projects`: list, create and read the caller's organization's projects; and
+`GET /api/v1/whoami`, which names the caller, its organization and that organization's projects."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.accounts.errors import Conflict
 from apps.accounts.permissions import caller
+from apps.core.errors import Conflict
 from apps.projects import services
 from apps.projects.models import Project
 
@@ -58,3 +59,58 @@ class ProjectDetailView(APIView):
             Project.objects.for_org(caller(request).organization), public_id=project_id
         )
         return Response(ProjectOut(project).data)
+
+
+# -- GET /api/v1/whoami: who is calling, for which organization, and its projects ----------
+
+
+class _OrganizationOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    slug = serializers.CharField()
+    name = serializers.CharField()
+    kind = serializers.CharField()
+    compute_enabled = serializers.BooleanField()
+
+
+class _UserOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+    email = serializers.CharField()
+
+
+class _KeyOut(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    prefix = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    last_used_at = serializers.DateTimeField(allow_null=True)
+
+
+class _ProjectRef(serializers.Serializer):
+    id = serializers.CharField(source="public_id")
+    slug = serializers.CharField()
+    name = serializers.CharField()
+
+
+class WhoamiOut(serializers.Serializer):
+    principal = serializers.ChoiceField(choices=["user", "api_key"])
+    user = _UserOut(allow_null=True)
+    api_key = _KeyOut(allow_null=True)
+    organization = _OrganizationOut()
+    role = serializers.CharField()
+    projects = _ProjectRef(many=True)
+
+
+class WhoamiView(APIView):
+    @extend_schema(responses=WhoamiOut, summary="Who is calling, for which organization")
+    def get(self, request):
+        who = caller(request)
+        payload = {
+            "principal": "api_key" if who.api_key else "user",
+            "user": who.user,
+            "api_key": who.api_key,
+            "organization": who.organization,
+            "role": who.role,
+            "projects": Project.objects.for_org(who.organization).order_by("name"),
+        }
+        return Response(WhoamiOut(payload).data)

@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from apps.accounts.errors import InvalidRequest
 from apps.accounts.models import Organization
+from apps.core.errors import InvalidRequest
 from apps.core.pagination import PageRequest, created_page
 from apps.secrets.crypto import decrypt_data
 from apps.secrets.models import Secret

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from apps.accounts.errors import InvalidRequest
+from apps.core.errors import InvalidRequest
 from apps.secrets.models import NAME_MAX_LENGTH
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")

@@ -16,6 +16,7 @@ def test_the_schema_and_docs_are_served(client):
     schema = client.get("/api/schema/", HTTP_ACCEPT="application/json")
     assert schema.status_code == 200
     paths = schema.json()["paths"]
+    assert schema.json()["components"]["securitySchemes"]["ApiKey"]["scheme"] == "bearer"
     for path in (
         "/api/v1/whoami",
         "/api/v1/compute/catalog/accelerators",
@@ -24,6 +25,8 @@ def test_the_schema_and_docs_are_served(client):
         "/api/v1/compute/jobs/{job_id}/logs",
         "/api/v1/compute/jobs/{job_id}/events",
         "/api/v1/compute/secrets",
+        "/api/v1/compute/catalog/quotes",
+        "/api/v1/projects/{project_id}/finetunes",
     ):
         assert path in paths, path
     docs = client.get("/api/docs/")

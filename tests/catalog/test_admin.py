@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from apps.catalog.admin import usd
 from apps.catalog.models import Accelerator, Offer
 from apps.providers.models import Provider
 from tests.factories import UserFactory
@@ -90,11 +89,3 @@ def test_an_offer_can_be_added_through_its_provider(superuser_client, cpu_offer)
         900_000,
     )
     assert Offer.objects.filter(provider=provider).count() == 2
-
-
-@pytest.mark.parametrize(
-    ("micros", "shown"),
-    [(0, "$0.00"), (100_000, "$0.10"), (2_490_000, "$2.49"), (1_234_500, "$1.2345")],
-)
-def test_prices_show_in_dollars(micros, shown):
-    assert usd(micros) == shown

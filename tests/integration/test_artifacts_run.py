@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 from django.db import transaction
 
-from apps.jobs import artifacts, dispatch, services, supervision
+from apps.jobs import services
+from apps.jobs.artifacts import store
+from apps.jobs.execution import attempts, dispatch
 from apps.jobs.models import Artifact, Job, LogLine
 from apps.jobs.states import JobState
 from tests.integration.conftest import TERMINAL
@@ -127,7 +129,7 @@ def test_a_second_attempt_resumes_from_the_first_attempts_checkpoint(
         ).job
         first = dispatch.allocate(job.pk)
         services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
-        artifacts.artifact_store(
+        store.artifact_store(
             attempt=first,
             kind="checkpoint",
             step=5,
@@ -135,7 +137,7 @@ def test_a_second_attempt_resumes_from_the_first_attempts_checkpoint(
             sha256=hashlib.sha256(archive).hexdigest(),
         )
         services.job_transition(job_id=job.pk, to=JobState.PREEMPTED, reason="reclaimed")
-        supervision.end_attempt(first, reason="reclaimed")
+        attempts.end_attempt(first, reason="reclaimed")
         services.job_transition(job_id=job.pk, to=JobState.REQUESTED)
 
     done = api.wait_state(job.public_id, TERMINAL, timeout=60)

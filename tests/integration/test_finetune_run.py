@@ -10,8 +10,8 @@ import tarfile
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from apps.finetunes.services import dataset_upload
 from apps.jobs.models import Artifact, JobEvent, MetricPoint
-from apps.projects.services import dataset_upload
 from tests.factories import ProjectFactory
 from tests.integration.conftest import TERMINAL
 

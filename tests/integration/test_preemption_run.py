@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from apps.accounts import services as account_services
-from apps.jobs.finetune import config_of
+from apps.finetunes.payloads import config_of
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, MetricPoint
 from tests.factories import ProjectFactory, UserFactory
 from tests.integration.conftest import TERMINAL

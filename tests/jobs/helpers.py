@@ -8,7 +8,8 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from apps.jobs import dispatch, services, supervision
+from apps.jobs import services
+from apps.jobs.execution import dispatch, supervision
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState as S
 

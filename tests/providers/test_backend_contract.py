@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
 
-from apps.jobs.dispatch import allocate
+from apps.jobs.execution.dispatch import allocate
+from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt
-from apps.jobs.tokens import token_for
 from apps.providers.backends import REGISTRY, backend_for, procfs
 from apps.providers.backends.base import Bootstrap, LaunchRequest
 from tests.factories import OrganizationFactory
@@ -107,3 +109,19 @@ def test_a_runner_killed_without_an_exit_record_is_lost(kind, live_server):
     os.killpg(handle["pgid"], signal.SIGKILL)
     wait_until(lambda: backend.poll(handle).state != "running", 10, what="the runner to die")
     assert backend.poll(handle).state == "lost"
+
+
+def test_a_backend_module_loads_only_when_its_kind_is_used():
+    probe = (
+        "import sys, django; django.setup();"
+        "from apps.providers.backends import backend_class;"
+        "print('apps.providers.backends.local' in sys.modules);"
+        "backend_class('local');"
+        "print('apps.providers.backends.local' in sys.modules)"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.test_settings"}
+    run = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env
+    )
+
+    assert run.stdout.split() == ["False", "True"]

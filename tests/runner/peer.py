@@ -88,7 +88,9 @@ class ControlPlane:
     """The runner protocol, minimally: one job, one token, lines stored once by seq.
 
     Set `orders` (a list) to answer the next heartbeats with those orders in turn, or
-    `heartbeat_status` to answer heartbeats with an error (e.g. 409 superseded).
+    `heartbeat_status` to answer heartbeats with an error (e.g. 409 superseded), or
+    `spec_status` to answer `GET spec` with one. `requests` records (method, endpoint,
+    headers with lowercase names) of every request.
 
     Artifacts: every upload try is recorded in `upload_tries`; `upload_statuses` (a list)
     answers the next tries with those statuses in turn (e.g. 503 to make the runner retry);
@@ -112,6 +114,8 @@ class ControlPlane:
         self.exits: list[dict] = []
         self.orders: list[str] = []
         self.heartbeat_status: tuple[int, Any] | None = None
+        self.spec_status: tuple[int, Any] | None = None
+        self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.upload_tries: list[dict] = []
         self.upload_statuses: list[int] = []
         self.uploads: list[dict] = []
@@ -132,6 +136,8 @@ class ControlPlane:
             return 404, {"error": {"type": "not_found"}}
         endpoint = path[len(prefix) :]
         with self.lock:
+            lowered = {name.lower(): value for name, value in headers.items()}
+            self.requests.append((method, endpoint, lowered))
             if method == "POST" and endpoint.startswith("artifacts?"):
                 return self._upload(endpoint, headers, body)
             if method == "GET" and path in self.downloads:
@@ -141,6 +147,8 @@ class ControlPlane:
                 return 200, self.downloads[path]
             if (method, endpoint) == ("GET", "spec"):
                 self.spec_fetches += 1
+                if self.spec_status is not None:
+                    return self.spec_status
                 return 200, self.spec
             if (method, endpoint) == ("POST", "started"):
                 self.started.append(body)

@@ -6,8 +6,9 @@ import base64
 
 import pytest
 
-from runner.agent import JobSpec, SpecError, exit_code_of, workload_argv, workload_env
 from runner.config import ConfigError, load_config
+from runner.spec import JobSpec, SpecError
+from runner.workload import exit_code_of, workload_argv, workload_env
 
 ENV = {
     "TRAINYARD_CONTROL_URL": "http://127.0.0.1:8000/",

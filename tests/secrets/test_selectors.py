@@ -2,7 +2,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from apps.accounts.errors import InvalidRequest
+from apps.core.errors import InvalidRequest
 from apps.secrets.selectors import resolve_secret_env, validate_secret_env
 
 

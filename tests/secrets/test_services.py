@@ -2,7 +2,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from apps.accounts.errors import Conflict, InvalidRequest
+from apps.core.errors import Conflict, InvalidRequest
 from apps.secrets import services
 from apps.secrets.crypto import decrypt_data
 from apps.secrets.models import Secret

@@ -16,12 +16,13 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from apps.core.stored_files import StoredFileMissing, open_stream
-from apps.jobs import dispatch, services
+from apps.finetunes import services as project_services
+from apps.finetunes.models import Dataset
+from apps.jobs import services
+from apps.jobs.execution import dispatch
+from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Artifact, Job
 from apps.jobs.states import JobState
-from apps.jobs.tokens import token_for
-from apps.projects import services as project_services
-from apps.projects.models import Dataset
 from runner.client import ControlClient
 from runner.inputs import fetch_inputs
 from tests.jobs.helpers import asgi_request, make_job

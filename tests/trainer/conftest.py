@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from apps.jobs.metrics_parsing import ParsedMetric, parse_metric_line
+from apps.jobs.telemetry.metrics import ParsedMetric, parse_metric_line
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 300

@@ -16,8 +16,8 @@ import signal
 import pytest
 
 from tests.trainer.conftest import Finished, Running, start_trainer
-from trainer.config import FORMATS
 from trainer.data import held_out_positions
+from trainer.formats import FORMATS
 
 SHORT = {"max_steps": 6, "save_steps": 3}
 # The long run: also the uninterrupted run that the resumed ones must reproduce.

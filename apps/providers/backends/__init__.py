@@ -1,26 +1,37 @@
-"""Compute backends: one module per provider kind, all behind `base.Backend`.
+"""Compute backends: one module (or package) per provider kind, all behind `base.Backend`.
 
-`backend_for(provider)` returns the backend for a Provider row. A backend knows nothing of
-the database: it gets plain values in and gives JSON-serialisable handles back.
+`backend_for(provider)` returns the backend for a Provider row. `REGISTRY` names each kind's
+class by dotted path and imports it on first use, so a kind's client library (SSH, Slurm,
+Kubernetes) loads only in a process that uses that kind. A backend knows nothing of the
+database: it gets plain values in and gives JSON-serialisable handles back.
 """
 
 from __future__ import annotations
 
+from functools import cache
+
+from django.utils.module_loading import import_string
+
 from apps.providers.backends.base import Backend, BackendError, PermanentBackendError
-from apps.providers.backends.local import LocalBackend
 from apps.providers.models import Provider
 
-REGISTRY: dict[str, type[Backend]] = {
-    Provider.Kind.LOCAL: LocalBackend,
+REGISTRY: dict[str, str] = {
+    Provider.Kind.LOCAL: "apps.providers.backends.local.LocalBackend",
 }
 
 
-def backend_for(provider: Provider) -> Backend:
+@cache
+def backend_class(kind: str) -> type[Backend]:
+    """The backend class of a provider kind, imported on first use."""
     try:
-        backend_class = REGISTRY[provider.kind]
+        path = REGISTRY[kind]
     except KeyError as exc:
-        raise PermanentBackendError(f"No backend for provider kind {provider.kind!r}.") from exc
-    return backend_class(provider.config or {})
+        raise PermanentBackendError(f"No backend for provider kind {kind!r}.") from exc
+    return import_string(path)
+
+
+def backend_for(provider: Provider) -> Backend:
+    return backend_class(provider.kind)(provider.config or {})
 
 
 __all__ = ["REGISTRY", "Backend", "BackendError", "PermanentBackendError", "backend_for"]

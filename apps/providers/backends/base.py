@@ -18,6 +18,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from apps.core.errors import Retryable
+
 Handle = dict[str, Any]
 PollState = Literal["running", "exited", "lost", "reclaimed"]
 
@@ -26,7 +28,7 @@ class BackendError(Exception):
     """Something went wrong talking to a provider."""
 
 
-class RetryableBackendError(BackendError):
+class RetryableBackendError(BackendError, Retryable):
     """Transient: the same call may succeed later."""
 
 

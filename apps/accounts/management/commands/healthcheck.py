@@ -11,9 +11,8 @@ import socket
 import urllib.request
 from pathlib import Path
 
+from celery import current_app as app  # the project's app: config/__init__.py loads it
 from django.core.management.base import BaseCommand, CommandError
-
-from config.celery import app
 
 
 class Command(BaseCommand):

@@ -1,0 +1,96 @@
+"""One error shape for the whole API: `{"error": {"type", "message", "param"}}`.
+
+Types are stable strings a client can branch on; messages are for people and may change.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views.defaults import page_not_found, server_error
+from rest_framework import exceptions
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from apps.core.errors import ApiError
+
+_TYPES_BY_CLASS: list[tuple[type[Exception], str]] = [
+    (exceptions.NotAuthenticated, "unauthenticated"),
+    (exceptions.AuthenticationFailed, "unauthenticated"),
+    (exceptions.PermissionDenied, "permission_denied"),
+    (exceptions.NotFound, "not_found"),
+    (exceptions.MethodNotAllowed, "method_not_allowed"),
+    (exceptions.NotAcceptable, "not_acceptable"),
+    (exceptions.UnsupportedMediaType, "unsupported_media_type"),
+    (exceptions.Throttled, "rate_limited"),
+    (exceptions.ParseError, "invalid_request"),
+    (exceptions.ValidationError, "invalid_request"),
+]
+
+
+def error_body(error_type: str, message: str, param: str | None = None) -> dict:
+    return {"error": {"type": error_type, "message": message, "param": param}}
+
+
+def first_validation_error(detail, path: str = "") -> tuple[str | None, str]:
+    """The first (param, message) in a nested DRF validation error, with a dotted param."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            nested = f"{path}.{key}" if path else str(key)
+            if key == "non_field_errors":
+                nested = path
+            param, message = first_validation_error(value, nested)
+            return param or None, message
+    if isinstance(detail, list) and detail:
+        for index, item in enumerate(detail):
+            if isinstance(item, dict | list):
+                return first_validation_error(item, f"{path}[{index}]" if path else "")
+            return path or None, str(item)
+    return path or None, str(detail)
+
+
+def exception_handler(exc, context):
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound("Not found.")
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = exceptions.PermissionDenied()
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, ApiError):
+        body = error_body(exc.error_type, str(exc.detail), exc.param)
+    elif isinstance(exc, exceptions.ValidationError):
+        param, message = first_validation_error(exc.detail)
+        body = error_body("invalid_request", message, param)
+    else:
+        error_type = next(
+            (name for cls, name in _TYPES_BY_CLASS if isinstance(exc, cls)), "api_error"
+        )
+        body = error_body(error_type, str(getattr(exc, "detail", exc)))
+    return Response(body, status=response.status_code, headers=_kept_headers(response))
+
+
+def _kept_headers(response: Response) -> dict[str, str]:
+    return {
+        name: response[name]
+        for name in ("WWW-Authenticate", "Allow", "Retry-After")
+        if response.has_header(name)
+    }
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def handler404(request: HttpRequest, exception: Exception) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(error_body("not_found", "Not found."), status=404)
+    return page_not_found(request, exception)
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    if _is_api(request):
+        return JsonResponse(
+            error_body("internal_error", "Something went wrong on our side."), status=500
+        )
+    return server_error(request)

@@ -1,0 +1,130 @@
+"""The fine-tune's forms: the New Job page's fine-tune tab and the dataset upload."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+
+from apps.core.errors import InvalidRequest
+from apps.finetunes import datasets, payloads
+from apps.finetunes.models import Dataset
+from apps.jobs.models import Job
+from apps.jobs.web.forms import JobForm
+from apps.projects.models import Project
+from trainer.formats import FORMAT_CHOICES
+
+
+class DatasetUploadForm(forms.Form):
+    name = forms.CharField(label="Name", max_length=200)
+    file = forms.FileField(label="File", help_text="JSONL (one JSON object per line) or CSV.")
+    dataset_format = forms.ChoiceField(label="Dataset format", choices=FORMAT_CHOICES)
+
+
+class FinetuneJobForm(JobForm):
+    """A LoRA fine-tune of an open-weight model, the reference dashboard's fields."""
+
+    form_id = "finetune"
+    kind = Job.Kind.FINETUNE
+    quote_target = "finetune-quote"
+    default_disk_gb = 20
+    field_order = [
+        "name",
+        "model",
+        "dataset",
+        "dataset_format",
+        "max_samples",
+        "max_steps",
+        "learning_rate",
+        "accelerator",
+        "gpu_count",
+        "disk_gb",
+        "priority_class",
+    ]
+    param_fields = (
+        *JobForm.param_fields,
+        ("dataset", "dataset"),
+        ("dataset_format", "dataset_format"),
+    )
+
+    model = forms.CharField(
+        label="Model",
+        max_length=500,
+        help_text="A Hugging Face repo id, e.g. <code>Qwen/Qwen2.5-0.5B-Instruct</code>, "
+        "or a path on the host.",
+    )
+    dataset = forms.CharField(
+        label="Dataset",
+        max_length=500,
+        help_text="One of this project's uploaded datasets (<code>ds_…</code>), a Hugging Face "
+        "dataset id, e.g. <code>tatsu-lab/alpaca</code>, or a path on the host.",
+        widget=forms.TextInput(attrs={"list": "finetune-dataset-choices", "autocomplete": "off"}),
+    )
+    dataset_format = forms.ChoiceField(
+        label="Dataset format",
+        choices=FORMAT_CHOICES,
+        initial="alpaca",
+        help_text="How the rows become training text: Alpaca (instruction / input / output), "
+        "ChatML (a messages list), ShareGPT, prompt-completion, plain text or pre-tokenized.",
+    )
+    max_samples = forms.IntegerField(
+        label="Max samples", required=False, min_value=1, help_text="Empty trains on all rows."
+    )
+    max_steps = forms.IntegerField(
+        label="Max steps", required=False, min_value=1, help_text="Empty trains by epochs."
+    )
+    learning_rate = forms.FloatField(label="Learning rate", initial=0.0002)
+
+    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+        self.project = project
+        super().__init__(*args, **kwargs)
+
+    @cached_property
+    def uploaded_datasets(self) -> list[Dataset]:
+        """The project's datasets the Dataset field offers (its datalist)."""
+        return list(datasets.project_datasets(self.project))
+
+    def clean_learning_rate(self) -> float:
+        rate = self.cleaned_data["learning_rate"]
+        if rate <= 0:
+            raise ValidationError("Must be greater than zero.")
+        return rate
+
+    def clean(self) -> dict:
+        """An uploaded dataset must be the project's and is trained as its own format."""
+        data = super().clean()
+        dataset, dataset_format = data.get("dataset"), data.get("dataset_format")
+        if dataset and dataset_format:
+            try:
+                datasets.check_dataset(
+                    project=self.project, dataset=dataset, dataset_format=dataset_format
+                )
+            except InvalidRequest as error:
+                self.add_service_error(error)
+        return data
+
+    def config(self) -> dict:
+        """What the trainer reads from $FINETUNE_CONFIG."""
+        data = self.cleaned_data
+        return {
+            name: data[name]
+            for name in (
+                "model",
+                "dataset",
+                "dataset_format",
+                "max_samples",
+                "max_steps",
+                "learning_rate",
+            )
+        }
+
+    def payload(self, *, project_id: str) -> dict:
+        return payloads.job_payload(
+            name=self.cleaned_data["name"],
+            project_id=project_id,
+            config=self.config(),
+            compute=self._compute(),
+            priority_class=self.cleaned_data["priority_class"],
+        )

@@ -1,0 +1,32 @@
+"""The fine-tune job kind's hooks (`apps.jobs.kinds`): what the generic core asks of it."""
+
+from __future__ import annotations
+
+from apps.finetunes import inputs
+from apps.jobs.kinds import JobKind
+from apps.jobs.models import Artifact, Attempt, Job
+from runner import protocol
+
+
+class Finetune(JobKind):
+    def runner_inputs(self, job: Job) -> tuple[list[inputs.RunnerInput], dict[str, str]]:
+        """The uploaded dataset the config names, and the config pointing at its copy."""
+        return inputs.runner_inputs(job)
+
+    def failure_reason(self, job: Job, exit_code: int) -> str:
+        """The trainer exits 3 when it graded its own adapter and the grade failed."""
+        if exit_code == protocol.EXIT_GRADING_FAILED:
+            return "grading_failed"
+        return super().failure_reason(job, exit_code)
+
+    def exit_is_final(self, job: Job, attempt: Attempt, exit_code: int | None) -> bool:
+        """A fine-tune told to stop while already writing its final adapter finishes instead
+        (the trainer ignores SIGUSR1 then): its exit is the real outcome."""
+        if exit_code == protocol.EXIT_GRADING_FAILED:
+            return True
+        return (
+            exit_code == 0
+            and Artifact.objects.filter(
+                job=job, attempt=attempt.number, kind=Artifact.Kind.ADAPTER
+            ).exists()
+        )

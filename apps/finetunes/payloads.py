@@ -1,0 +1,139 @@
+"""Managed fine-tunes: a job of kind `finetune` that runs the built-in LoRA trainer
+(`python -m trainer`, the `train` extra) with a config built from the form or the API.
+
+The job is an ordinary job underneath — its container runs a short script that checks the
+trainer is installed (a clear message and exit 2 if not) and starts it with the config as
+JSON in $FINETUNE_CONFIG — so dispatch, logs, limits and billing work as for any job.
+The trainer's exit code 3 means it graded itself and failed (`grading_failed`).
+
+The config's `dataset` is a hub id, a path on the workload's host, or an uploaded dataset's
+id (`ds_…`, one of the job's project's): the runner downloads that one into the workload's
+directory and the trainer gets its path there (`apps.finetunes.inputs`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from rest_framework import serializers
+
+from apps.core.api_errors import first_validation_error
+from apps.core.errors import InvalidRequest
+from apps.finetunes.datasets import check_dataset
+from apps.projects.models import Project
+from trainer.formats import FORMATS
+
+IMAGE = "trainyard-trainer"
+# Not TRAINYARD_…: that prefix is the platform's own (see apps.jobs.specs).
+CONFIG_ENV = "FINETUNE_CONFIG"
+TRAINER_MISSING = (
+    "The fine-tune trainer is not installed on this host: install it with pip install -e '.[train]'"
+)
+SCRIPT = f"""\
+#!/usr/bin/env bash
+# A managed fine-tune; its config is the JSON in ${CONFIG_ENV}.
+set -euo pipefail
+if ! python -c 'import trainer' >/dev/null 2>&1; then
+  echo "{TRAINER_MISSING}" >&2
+  exit 2
+fi
+exec python -m trainer --config-json "${CONFIG_ENV}"
+"""
+CONFIG_FIELDS = ("model", "dataset", "dataset_format", "max_samples", "max_steps", "learning_rate")
+
+
+class FinetuneConfigIn(serializers.Serializer):
+    model = serializers.CharField(max_length=500)
+    dataset = serializers.CharField(
+        max_length=500,
+        help_text="A hub dataset id, a path on the workload's host, or the id (`ds_…`) of a "
+        "dataset uploaded to the project.",
+    )
+    dataset_format = serializers.ChoiceField(
+        choices=list(FORMATS),
+        required=False,
+        help_text="Required, except for an uploaded dataset: that one is trained as the "
+        "format it was checked as on upload (a different one is refused).",
+    )
+    max_samples = serializers.IntegerField(
+        min_value=1, required=False, allow_null=True, default=None
+    )
+    max_steps = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None)
+    learning_rate = serializers.FloatField(min_value=1e-9, max_value=1.0, default=2e-4)
+    seed = serializers.IntegerField(required=False, default=42)
+    save_steps = serializers.IntegerField(min_value=1, required=False, default=10)
+
+
+class FinetuneCreateIn(FinetuneConfigIn):
+    """`POST /api/v1/projects/{id}/finetunes`: the trainer's config plus job basics."""
+
+    name = serializers.CharField(max_length=200)
+    compute = serializers.DictField(required=False)
+    limits = serializers.DictField(required=False)
+    priority_class = serializers.ChoiceField(
+        choices=["standard", "preemptible"], required=False, default="standard"
+    )
+
+
+DEFAULT_COMPUTE = {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 20}
+
+
+def job_payload(
+    *,
+    name: str,
+    project_id: str,
+    config: dict,
+    compute: dict | None = None,
+    limits: dict | None = None,
+    priority_class: str = "standard",
+) -> dict:
+    """The job request (as `POST /jobs` takes it) that runs the trainer with `config`."""
+    payload = {
+        "name": name,
+        "project": project_id,
+        "priority_class": priority_class,
+        "compute": compute or dict(DEFAULT_COMPUTE),
+        "container": {
+            "image": IMAGE,
+            "script_b64": base64.b64encode(SCRIPT.encode()).decode(),
+            "env": {CONFIG_ENV: json.dumps(config, sort_keys=True)},
+        },
+    }
+    if limits:
+        payload["limits"] = limits
+    return payload
+
+
+def payload_from_api(body: object, *, project: Project) -> dict:
+    """Validate an API fine-tune request into a job request; InvalidRequest names the field.
+    An uploaded dataset (`ds_…`) must be one of `project`'s."""
+    serializer = FinetuneCreateIn(data=body if isinstance(body, dict) else {})
+    if not serializer.is_valid():
+        param, message = first_validation_error(serializer.errors)
+        raise InvalidRequest(message, param=param)
+    data = dict(serializer.validated_data)
+    data["dataset"] = data["dataset"].strip()
+    data["dataset_format"] = check_dataset(
+        project=project, dataset=data["dataset"], dataset_format=data.get("dataset_format")
+    )
+    if not data["dataset_format"]:
+        raise InvalidRequest("This field is required.", param="dataset_format")
+    config = {field: data[field] for field in (*CONFIG_FIELDS, "seed", "save_steps")}
+    return job_payload(
+        name=data["name"],
+        project_id=project.public_id,
+        config=config,
+        compute=data.get("compute"),
+        limits=data.get("limits"),
+        priority_class=data["priority_class"],
+    )
+
+
+def config_of(job) -> dict | None:
+    """The trainer config a fine-tune job was created with."""
+    raw = job.spec.get("container", {}).get("env", {}).get(CONFIG_ENV)
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return None

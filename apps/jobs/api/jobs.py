@@ -1,0 +1,188 @@
+"""`/api/v1/compute/jobs`: create (with Idempotency-Key), list, read, terminate, and read a
+job's logs and events. One view per operation; each calls one service or selector."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
+from apps.core.errors import InvalidRequest
+from apps.core.pagination import parse_page_request
+from apps.jobs import selectors, services
+from apps.jobs.api.serializers import (
+    ArtifactOut,
+    ArtifactPage,
+    EventPage,
+    JobEventOut,
+    JobOut,
+    JobPage,
+    LogLineOut,
+    LogPage,
+)
+from apps.jobs.artifacts.files import artifact_response
+from apps.jobs.models import Job
+from apps.jobs.specs import JobCreateIn
+
+MAX_IDEMPOTENCY_KEY = 255
+
+_PAGE_PARAMS = [
+    OpenApiParameter("limit", OpenApiTypes.INT, description="1 to 500, default 50"),
+    OpenApiParameter("cursor", OpenApiTypes.STR, description="next_cursor of the previous page"),
+]
+
+
+class ComputeView(APIView):
+    permission_classes = COMPUTE_PERMISSIONS
+
+
+def _idempotency_key(request) -> str:
+    key = request.headers.get("Idempotency-Key", "").strip()
+    if not key:
+        raise InvalidRequest("The Idempotency-Key header is required.", param="Idempotency-Key")
+    if len(key) > MAX_IDEMPOTENCY_KEY:
+        raise InvalidRequest("The Idempotency-Key is too long.", param="Idempotency-Key")
+    return key
+
+
+def create_response(request, payload: dict, kind: str) -> Response:
+    who = caller(request)
+    result = services.job_create(
+        organization=who.organization,
+        payload=payload,
+        idempotency_key=_idempotency_key(request),
+        created_by=who.user,
+        created_by_key=who.api_key,
+        kind=kind,
+    )
+    job = selectors.job_for_org(who.organization, result.job.public_id)
+    code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+    return Response(JobOut(job).data, status=code)
+
+
+class JobCollectionView(ComputeView):
+    @extend_schema(
+        request=JobCreateIn,
+        responses={201: JobOut, 200: JobOut},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True
+            )
+        ],
+        summary="Create a job",
+        operation_id="compute_jobs_create",
+    )
+    def post(self, request):
+        return create_response(request, request.data, Job.Kind.CONTAINER)
+
+    @extend_schema(
+        responses=JobPage,
+        parameters=[
+            *_PAGE_PARAMS,
+            OpenApiParameter("project", OpenApiTypes.STR),
+            OpenApiParameter("state", OpenApiTypes.STR),
+        ],
+        summary="List jobs, newest first",
+        operation_id="compute_jobs_list",
+    )
+    def get(self, request):
+        page = parse_page_request(request.query_params, key_length=2, default_order="desc")
+        jobs, next_cursor, total = selectors.job_list(
+            caller(request).organization,
+            page,
+            project_id=request.query_params.get("project"),
+            state=request.query_params.get("state"),
+        )
+        return Response(
+            {"data": JobOut(jobs, many=True).data, "next_cursor": next_cursor, "total": total}
+        )
+
+
+class JobDetailView(ComputeView):
+    @extend_schema(responses=JobOut, summary="Get a job", operation_id="compute_jobs_get")
+    def get(self, request, job_id: str):
+        return Response(JobOut(selectors.job_for_org(caller(request).organization, job_id)).data)
+
+
+class JobTerminateView(ComputeView):
+    @extend_schema(request=None, responses=JobOut, summary="Terminate a job (idempotent)")
+    def post(self, request, job_id: str):
+        organization = caller(request).organization
+        job = selectors.job_for_org(organization, job_id)
+        services.job_terminate(job=job)
+        return Response(JobOut(selectors.job_for_org(organization, job_id)).data)
+
+
+class JobLogsView(ComputeView):
+    @extend_schema(
+        responses=LogPage,
+        parameters=[
+            *_PAGE_PARAMS,
+            OpenApiParameter("source", OpenApiTypes.STR, enum=["user", "system"]),
+            OpenApiParameter("order", OpenApiTypes.STR, enum=["asc", "desc"]),
+        ],
+        summary="A job's log lines, cursor-paginated",
+    )
+    def get(self, request, job_id: str):
+        job = selectors.job_for_org(caller(request).organization, job_id)
+        page = parse_page_request(request.query_params)
+        lines, next_cursor, total = selectors.log_page(
+            job, page, source=request.query_params.get("source")
+        )
+        return Response(
+            {"data": LogLineOut(lines, many=True).data, "next_cursor": next_cursor, "total": total}
+        )
+
+
+class JobEventsView(ComputeView):
+    @extend_schema(
+        responses=EventPage,
+        parameters=[
+            *_PAGE_PARAMS,
+            OpenApiParameter("order", OpenApiTypes.STR, enum=["asc", "desc"]),
+        ],
+        summary="A job's lifecycle events, oldest first",
+    )
+    def get(self, request, job_id: str):
+        job = selectors.job_for_org(caller(request).organization, job_id)
+        page = parse_page_request(request.query_params)
+        events, next_cursor, total = selectors.event_page(job, page)
+        return Response(
+            {
+                "data": JobEventOut(events, many=True).data,
+                "next_cursor": next_cursor,
+                "total": total,
+            }
+        )
+
+
+class JobArtifactsView(ComputeView):
+    @extend_schema(
+        responses=ArtifactPage,
+        summary="A job's checkpoints and final adapter",
+        operation_id="compute_jobs_artifacts_list",
+    )
+    def get(self, request, job_id: str):
+        job = selectors.job_for_org(caller(request).organization, job_id)
+        artifacts = list(job.artifacts.select_related("job").order_by("id"))
+        data = ArtifactOut(artifacts, many=True).data
+        return Response({"data": data, "next_cursor": None, "total": len(data)})
+
+
+class JobArtifactDownloadView(ComputeView):
+    @extend_schema(
+        responses={(200, "application/gzip"): OpenApiTypes.BINARY},
+        summary="Download an artifact (tar.gz)",
+        operation_id="compute_jobs_artifacts_download",
+    )
+    def get(self, request, job_id: str, artifact_id: str):
+        job = selectors.job_for_org(caller(request).organization, job_id)
+        number = artifact_id.removeprefix("art_")
+        artifact = job.artifacts.filter(pk=int(number)).first() if number.isdigit() else None
+        if artifact is None:
+            raise Http404("No such artifact.")
+        return artifact_response(artifact, job)

@@ -1,0 +1,37 @@
+"""Send the jobs tasks by their registered names, after the caller's transaction commits.
+
+The domain (services, execution) must start the next step without importing `tasks`, which
+sits above it and imports it: a task is named here, and Celery finds it by that name. Task
+options that the decorator sets per task (the queue, say) do not travel with `send_task`;
+routes belong in `CELERY_TASK_ROUTES`. `tests/jobs/test_enqueue.py` checks that every name
+below is registered.
+"""
+
+from __future__ import annotations
+
+from celery import current_app
+
+from apps.core.transactions import after_commit
+
+DISPATCH_JOB = "jobs.dispatch_job"
+FINALIZE_JOB = "jobs.finalize_job"
+TASK_NAMES = (DISPATCH_JOB, FINALIZE_JOB)
+
+
+def _send(name: str, job_id: int) -> None:
+    current_app.send_task(name, args=[job_id])
+
+
+def dispatch_on_commit(job_id: int) -> None:
+    """Place and launch the job once the caller's writes are visible to the worker."""
+    after_commit(_send, DISPATCH_JOB, job_id)
+
+
+def dispatch_now(job_id: int) -> None:
+    """For callers outside a transaction (reconcile's sweep)."""
+    _send(DISPATCH_JOB, job_id)
+
+
+def finalize_on_commit(job_id: int) -> None:
+    """Finish a job whose workload has ended, once the caller's writes are visible."""
+    after_commit(_send, FINALIZE_JOB, job_id)

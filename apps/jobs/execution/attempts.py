@@ -1,0 +1,87 @@
+"""The attempt kernel that dispatch, preemption and supervision share: find and lock a job's
+current attempt, end an attempt, and bill attempts in whole minutes.
+
+Billing: each attempt is billed in whole minutes from its allocation at the price captured
+then (`attempt.price_micros_hr` is for the whole allocation per hour). Accounted time is wall
+time times TRAINYARD_CLOCK_SCALE (1 in production).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.conf import settings
+from django.utils import timezone
+
+from apps.core.transactions import after_commit
+from apps.jobs.models import Attempt, Job
+from apps.providers.backends import backend_for
+
+
+class AttemptSuperseded(Exception):
+    """A report about an attempt that is no longer the job's live one."""
+
+
+def current_attempt(job: Job) -> Attempt | None:
+    """The job's live attempt (not yet ended), with its provider; None when it has none."""
+    return (
+        Attempt.objects.select_related("provider")
+        .filter(job=job, number=job.attempt_count, ended_at__isnull=True)
+        .first()
+    )
+
+
+def accounted_seconds(start: datetime, end: datetime) -> float:
+    return max(0.0, (end - start).total_seconds()) * settings.TRAINYARD_CLOCK_SCALE
+
+
+def bill(job: Job, now: datetime | None = None) -> int:
+    """Bring every attempt's billed minutes up to date and store the job's accrued spend.
+    Call under the job's row lock. Returns the job's accrued micro-dollars."""
+    now = now or timezone.now()
+    total = 0
+    for attempt in job.attempts.all():
+        end = attempt.ended_at or now
+        minutes = int(accounted_seconds(attempt.allocated_at, end) // 60)
+        if minutes != attempt.billed_minutes:
+            attempt.billed_minutes = minutes
+            Attempt.objects.filter(pk=attempt.pk).update(billed_minutes=minutes)
+        total += attempt.cost_micros
+    if total != job.accrued_micros:
+        job.accrued_micros = total
+        Job.objects.filter(pk=job.pk).update(accrued_micros=total)
+    return total
+
+
+def end_attempt(attempt: Attempt, *, reason: str, exit_code: int | None = None) -> None:
+    """Close an attempt (its capacity is free from now on) and bill it to the end. Call
+    under the job's row lock; idempotent."""
+    if attempt.ended_at is not None:
+        return
+    attempt.ended_at = timezone.now()
+    attempt.end_reason = reason
+    if attempt.exit_code is None and exit_code is not None:
+        attempt.exit_code = exit_code
+    attempt.save(update_fields=["ended_at", "end_reason", "exit_code"])
+    bill(Job.objects.get(pk=attempt.job_id))
+    if attempt.handle:
+        provider = attempt.provider
+        handle = attempt.handle
+        after_commit(_release, provider, handle)
+
+
+def _release(provider, handle) -> None:
+    backend_for(provider).release(handle)
+
+
+def lock_current(attempt_id: int) -> tuple[Job, Attempt]:
+    """The job and attempt, the job's row locked; raises AttemptSuperseded when the
+    attempt is not the job's current one."""
+    attempt = Attempt.objects.select_related("provider").get(pk=attempt_id)
+    job = (
+        Job.objects.select_for_update(of=("self",)).select_related("project").get(pk=attempt.job_id)
+    )
+    attempt.refresh_from_db()
+    if attempt.number != job.attempt_count:
+        raise AttemptSuperseded(attempt.pk)
+    return job, attempt

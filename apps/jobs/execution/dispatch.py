@@ -1,0 +1,194 @@
+"""Dispatch: from `requested` to a launched runner.
+
+`dispatch(job_id)` may run any number of times, concurrently, or be cut off anywhere: each
+step re-reads the job under its row lock and does nothing if the job has moved on, and the
+backend's `launch` is idempotent per attempt. A workload never runs inside a task; the task
+only starts the runner and records its handle. What a crash leaves half-done, the next
+dispatch (enqueued by reconcile) finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from apps.core.money import format_usd, micros_to_usd
+from apps.jobs import services
+from apps.jobs.events import JobEventType
+from apps.jobs.execution import preemption
+from apps.jobs.execution.attempts import current_attempt, end_attempt
+from apps.jobs.execution.placement import lock_offer_with_capacity
+from apps.jobs.execution.tokens import token_for
+from apps.jobs.models import Attempt, Job, JobEvent
+from apps.jobs.states import JobState
+from apps.providers.backends import backend_for
+from apps.providers.backends.base import Bootstrap, LaunchRequest, PermanentBackendError
+
+logger = logging.getLogger(__name__)
+
+DISPATCHABLE = frozenset(
+    {JobState.REQUESTED, JobState.PREEMPTED, JobState.ALLOCATING, JobState.PROVISIONING}
+)
+# Jobs waiting for a place: new ones, and preempted ones waiting to run again.
+WAITING = frozenset({JobState.REQUESTED, JobState.PREEMPTED})
+
+
+def dispatch(job_id: int) -> None:
+    """Advance one job as far as dispatch goes: allocate, then launch."""
+    if not _count_delivery(job_id):
+        return
+    allocate(job_id)
+    launch(job_id)
+    Job.objects.filter(pk=job_id).update(dispatch_deliveries=0)
+
+
+def _count_delivery(job_id: int) -> bool:
+    """Count this delivery (committed at once, so a crash later still counts it). A job
+    whose dispatch keeps crashing fails `dispatch_crash`. False when there is nothing to do."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.state not in DISPATCHABLE:
+            return False
+        if job.dispatch_deliveries >= settings.DISPATCH_MAX_DELIVERIES:
+            _fail(job, "dispatch_crash", "Dispatch kept crashing; giving up on this job.")
+            return False
+        Job.objects.filter(pk=job_id).update(dispatch_deliveries=F("dispatch_deliveries") + 1)
+    return True
+
+
+def allocate(job_id: int) -> Attempt | None:
+    """Place a waiting job on the cheapest offer with room: create its Attempt with the
+    price captured now (billing starts here) and move it to `allocating` (a preempted job
+    goes back through `requested`). Without capacity a standard job displaces a preemptible
+    one (apps.jobs.preemption) and waits for its place; a new job that still finds none
+    after NO_CAPACITY_TIMEOUT_S fails `no_capacity`. A preempted job keeps waiting."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        if job is None or job.state not in WAITING:
+            return None
+        offer = lock_offer_with_capacity(job)
+        now = timezone.now()
+        if offer is None:
+            if job.state == JobState.REQUESTED and preemption.displace_for(job) is not None:
+                return None
+            _wait_for_capacity(job, now)
+            return None
+        if job.state == JobState.PREEMPTED:
+            services.job_transition(
+                job_id=job.pk, to=JobState.REQUESTED, message="Placed again after preemption."
+            )
+        number = job.attempt_count + 1
+        attempt = Attempt.objects.create(
+            job=job,
+            number=number,
+            provider=offer.provider,
+            offer=offer,
+            accelerator=offer.accelerator.name,
+            gpu_count=job.gpu_count,
+            gpu_memory_gb=offer.accelerator.memory_gb,
+            price_micros_hr=offer.price_per_gpu_hour_micros * job.gpu_count,
+            allocated_at=now,
+        )
+        Job.objects.filter(pk=job.pk).update(attempt_count=number, allocated_at=now)
+        price = format_usd(attempt.price_micros_hr)
+        where = f"{offer.provider.name}: {attempt.accelerator} x{attempt.gpu_count}"
+        services.job_transition(
+            job_id=job.pk, to=JobState.ALLOCATING, message=f"Allocated {where} at {price}/h."
+        )
+        services.record_event(
+            job=job,
+            attempt=number,
+            type=JobEventType.PROVIDER_ALLOCATED,
+            message=f"Allocated {where} at {price}/h.",
+            data={
+                "provider": offer.provider.name,
+                "offer": offer.pk,
+                "price_usd_hr": micros_to_usd(attempt.price_micros_hr),
+            },
+        )
+        services.system_log(job=job, attempt=number, message=f"allocated {where} at {price}/h")
+    if settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S:
+        time.sleep(settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S)
+    return attempt
+
+
+def _wait_for_capacity(job: Job, now) -> None:
+    waited = now - job.queued_at
+    timed_out = waited >= timedelta(seconds=settings.NO_CAPACITY_TIMEOUT_S)
+    if timed_out and job.state == JobState.REQUESTED:
+        _fail(job, "no_capacity", f"No capacity for {job.accelerator} x{job.gpu_count} in time.")
+        return
+    already_said = JobEvent.objects.filter(
+        job=job, type=JobEventType.WAITING_FOR_CAPACITY, created_at__gte=job.queued_at
+    ).exists()
+    if not already_said:
+        services.record_event(
+            job=job,
+            attempt=job.attempt_count or None,
+            type=JobEventType.WAITING_FOR_CAPACITY,
+            message=f"Waiting for {job.accelerator} x{job.gpu_count} capacity.",
+        )
+
+
+def launch(job_id: int) -> None:
+    """Start the runner of the job's current attempt, once. Moves `allocating` to
+    `provisioning` first, so a crash after the launch is seen as a provisioning job whose
+    launch must be checked, never as an allocation that may be launched anew."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        if job is None or job.state not in {JobState.ALLOCATING, JobState.PROVISIONING}:
+            return
+        attempt = current_attempt(job)
+        if attempt is None or attempt.launched_at is not None:
+            return
+        if job.state == JobState.ALLOCATING:
+            services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
+    request = LaunchRequest(
+        job_id=job.public_id,
+        attempt=attempt.number,
+        accelerator=attempt.accelerator,
+        gpu_count=attempt.gpu_count,
+        ephemeral_disk_gb=job.ephemeral_disk_gb,
+        image=job.spec["container"]["image"],
+    )
+    bootstrap = Bootstrap(
+        control_url=settings.TRAINYARD_PUBLIC_URL,
+        job_id=job.public_id,
+        attempt=attempt.number,
+        token=token_for(attempt.token_nonce),
+    )
+    try:
+        handle = backend_for(attempt.provider).launch(request, bootstrap)
+    except PermanentBackendError as exc:
+        with transaction.atomic():
+            locked = Job.objects.select_for_update().get(pk=job_id)
+            if locked.state in DISPATCHABLE:
+                _fail(locked, "launch_failed", str(exc))
+        return
+    with transaction.atomic():
+        updated = Attempt.objects.filter(pk=attempt.pk, launched_at__isnull=True).update(
+            handle=handle, launched_at=timezone.now()
+        )
+        if updated:
+            services.system_log(
+                job=job,
+                attempt=attempt.number,
+                message=f"runner started on {attempt.provider.name}",
+            )
+
+
+def _fail(job: Job, reason: str, message: str) -> None:
+    """Fail a job that is still being dispatched, ending its attempt if it has one. Call
+    under the job's row lock."""
+    attempt = current_attempt(job)
+    if attempt is not None:
+        end_attempt(attempt, reason=reason)
+    services.job_transition(
+        job_id=job.pk, to=JobState.FAILED, reason=reason, message=message, error_message=message
+    )

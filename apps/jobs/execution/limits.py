@@ -1,0 +1,51 @@
+"""Limits: bill a live job to now and terminate it when its `max_cost_usd` or
+`max_runtime_hours` binds. Limits end a job at once, with no grace: the reference platform
+gives none on a binding limit."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.jobs import services
+from apps.jobs.execution.attempts import accounted_seconds, bill
+from apps.jobs.models import Job
+from apps.jobs.states import JobState
+
+LIVE_JOB_STATES = (
+    JobState.ALLOCATING,
+    JobState.PROVISIONING,
+    JobState.RUNNING,
+    JobState.FINALIZING,
+    JobState.TERMINATING,
+)
+NO_GRACE_REASONS = frozenset({"max_runtime", "max_cost", "budget_exhausted"})
+
+
+def grace_for(reason: str | None) -> float:
+    return 0.0 if reason in NO_GRACE_REASONS else settings.TERMINATE_GRACE_S
+
+
+def enforce_limits(job_id: int) -> None:
+    """Bill the job to now and terminate it when a limit binds."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        if job is None or job.state not in LIVE_JOB_STATES:
+            return
+        accrued = bill(job)
+        if job.state in {JobState.TERMINATING, JobState.FINALIZING}:
+            return
+        reason = None
+        if job.max_cost_micros is not None and accrued >= job.max_cost_micros:
+            reason = "max_cost"
+        elif job.max_runtime_hours is not None and _runtime_hours(job) >= job.max_runtime_hours:
+            reason = "max_runtime"
+    if reason:
+        services.job_terminate(job=job, reason=reason)
+
+
+def _runtime_hours(job: Job) -> float:
+    now = timezone.now()
+    seconds = sum(accounted_seconds(a.allocated_at, a.ended_at or now) for a in job.attempts.all())
+    return seconds / 3600

@@ -1,0 +1,163 @@
+"""Placement: which offers can take a job now, what a quote says, and choosing an offer for
+a job and holding its capacity.
+
+Placement and the quote endpoint share `offers_with_free_capacity`, so a quote that says
+`available` names exactly the offers placement would consider at that moment. A quote
+reserves nothing: placement allocates under a lock and re-checks capacity. Capacity is the
+sum of the offer's live attempts, so it lives here with the Attempt, not in the catalog.
+Money is integer micro-dollars (1,000,000 = $1); converting to dollars is the API's job.
+
+`offers_with_free_capacity` proposes offers cheapest first; each is then locked
+(`SELECT ... FOR UPDATE` on the offer row) and its use recounted under the lock, so two
+dispatches racing for the last slot cannot both win it: the second waits for the first to
+commit, then sees the slot taken and moves on.
+
+Priority classes: a `standard` job runs on on-demand offers only; a `preemptible` one on
+spot or on-demand offers, and may be displaced by a standard job (apps.jobs.execution.preemption).
+Capacity freed by a displaced attempt is held for the job that displaced it while that job
+waits in `requested`: without the hold, the displaced job (or any other) could take the
+slot back first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+from django.db.models import F, IntegerField, Q, Sum, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from apps.catalog.models import Offer
+from apps.jobs.states import JobState
+
+STANDARD_MARKETS = (Offer.Market.ON_DEMAND,)
+PREEMPTIBLE_MARKETS = (Offer.Market.SPOT, Offer.Market.ON_DEMAND)
+
+
+def offers_with_free_capacity(
+    *,
+    accelerator: str,
+    gpu_count: int,
+    max_price_micros_hr: int | None = None,
+    markets: tuple[str, ...] | None = None,
+    min_free: int | None = None,
+) -> list[Offer]:
+    """Enabled offers (offer and provider enabled) of `accelerator` that rent `gpu_count`
+    GPUs per job, have at least `gpu_count` free now (`min_free` when given: 0 lists full
+    offers too, for preemption) and, when `max_price_micros_hr` is given, cost at most that
+    for the whole job per hour; only `markets` when given. Cheapest first, then by id.
+
+    Each offer carries three annotations:
+    - `used`: GPUs held by its live attempts (`ended_at` NULL), 0 when none;
+    - `free`: `capacity - used` (always >= `gpu_count` in the result);
+    - `job_price_micros_hr`: `price_per_gpu_hour_micros * gpu_count`.
+    `provider` and `accelerator` are loaded with the offer. One query.
+
+    `gpu_counts` is a JSON list. Where the database can test JSON containment (PostgreSQL's
+    jsonb `@>`, `connection.features.supports_json_field_contains`) the filter runs in SQL;
+    SQLite, the embedded default, cannot, so there the same test runs in Python on the
+    rows the query returns. An accelerator has a handful of offers, so the fallback costs
+    nothing worth a database-specific expression, and the result is the same either way.
+    """
+    in_sql = connection.features.supports_json_field_contains
+    offers = (
+        Offer.objects.enabled()
+        .filter(accelerator__name=accelerator)
+        .select_related("provider", "accelerator")
+        .annotate(
+            used=Coalesce(
+                Sum("attempts__gpu_count", filter=Q(attempts__ended_at__isnull=True)),
+                Value(0),
+                output_field=IntegerField(),
+            ),
+            free=F("capacity") - F("used"),
+            job_price_micros_hr=F("price_per_gpu_hour_micros") * Value(gpu_count),
+        )
+        .filter(free__gte=gpu_count if min_free is None else min_free)
+        .order_by("price_per_gpu_hour_micros", "id")
+    )
+    if markets is not None:
+        offers = offers.filter(market__in=markets)
+    if in_sql:
+        offers = offers.filter(gpu_counts__contains=[gpu_count])
+    if max_price_micros_hr is not None:
+        offers = offers.filter(job_price_micros_hr__lte=max_price_micros_hr)
+    result = list(offers)
+    if not in_sql:
+        result = [offer for offer in result if gpu_count in offer.gpu_counts]
+    return result
+
+
+@dataclass(frozen=True)
+class QuoteResult:
+    """A live observation, not a reservation. Prices are for the whole job per hour, in
+    micro-dollars, from the offers' bands; both are None exactly when `available` is
+    False."""
+
+    available: bool
+    price_min_micros_hr: int | None
+    price_max_micros_hr: int | None
+    observed_at: datetime
+
+
+def quote(*, accelerator: str, gpu_count: int) -> QuoteResult:
+    """Whether `gpu_count` x `accelerator` is obtainable now, and the hourly price range
+    across the offers that could take it: the lowest band floor to the highest band
+    ceiling (`min_/max_price_per_gpu_hour_micros * gpu_count`). Writes nothing."""
+    offers = offers_with_free_capacity(accelerator=accelerator, gpu_count=gpu_count)
+    observed_at = timezone.now()
+    if not offers:
+        return QuoteResult(False, None, None, observed_at)
+    return QuoteResult(
+        available=True,
+        price_min_micros_hr=min(o.min_price_per_gpu_hour_micros for o in offers) * gpu_count,
+        price_max_micros_hr=max(o.max_price_per_gpu_hour_micros for o in offers) * gpu_count,
+        observed_at=observed_at,
+    )
+
+
+def markets_for(priority_class: str) -> tuple[str, ...]:
+    return PREEMPTIBLE_MARKETS if priority_class == "preemptible" else STANDARD_MARKETS
+
+
+def held_for_others(offer: Offer, job) -> int:
+    """GPUs of `offer` freed by displaced attempts and held for jobs other than `job` that
+    are still waiting to be placed."""
+    return (
+        offer.attempts.filter(
+            preempted_by__isnull=False,  # as the partial index attempt_displaced_offer says
+            ended_at__isnull=False,
+            preempted_by__state=JobState.REQUESTED,
+        )
+        .filter(~Q(preempted_by=job))
+        .aggregate(n=Sum("gpu_count"))["n"]
+        or 0
+    )
+
+
+def lock_offer_with_capacity(job) -> Offer | None:
+    """The cheapest offer that still has room for `job` once locked, or None. Call inside a
+    transaction; the lock holds until it ends, so create the Attempt in the same one."""
+    for candidate in offers_with_free_capacity(
+        accelerator=job.accelerator,
+        gpu_count=job.gpu_count,
+        max_price_micros_hr=job.max_price_micros_hr,
+        markets=markets_for(job.priority_class),
+    ):
+        offer = (
+            Offer.objects.select_for_update(of=("self",))
+            .select_related("provider", "accelerator")
+            .filter(pk=candidate.pk, enabled=True, provider__enabled=True)
+            .first()
+        )
+        if offer is None:
+            continue
+        used = (
+            offer.attempts.filter(ended_at__isnull=True).aggregate(used=Sum("gpu_count"))["used"]
+            or 0
+        )
+        if offer.capacity - used - held_for_others(offer, job) >= job.gpu_count:
+            return offer
+    return None

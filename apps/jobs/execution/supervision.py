@@ -1,0 +1,245 @@
+"""Supervision: what happens to a job after its runner starts (its reports, the backend's
+polls, the end of the workload and of the job). The loop that calls it is
+`apps.jobs.execution.reconcile`; limits are `apps.jobs.execution.limits`.
+
+The runner tells us what it does (started, heartbeats, exited); the backend tells us what
+became of the process (`poll`). Either may be first or be missing: every function here checks
+the job's state under its row lock and only takes the step that is still due, so reports that
+arrive twice, late or out of order change nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from apps.jobs import enqueue, services
+from apps.jobs.events import JobEventType
+from apps.jobs.execution import preemption
+from apps.jobs.execution.attempts import AttemptSuperseded, end_attempt, lock_current
+from apps.jobs.execution.limits import grace_for
+from apps.jobs.kinds import hooks_for
+from apps.jobs.models import Attempt, Job, LogLine
+from apps.jobs.states import JobState
+from apps.providers.backends import backend_for
+from runner import protocol
+
+logger = logging.getLogger(__name__)
+
+
+def order_for(job: Job, attempt: Attempt) -> str:
+    """The order a runner's heartbeat answer carries."""
+    if attempt.ended_at is not None or job.state == JobState.TERMINATING:
+        return protocol.ORDER_TERMINATE
+    if attempt.preempt_requested_at is not None:
+        return protocol.ORDER_CHECKPOINT_AND_EXIT
+    return protocol.ORDER_CONTINUE
+
+
+def runner_started(attempt_id: int, resumed_from_step: int | None = None) -> str:
+    """The runner started the workload (`resumed_from_step`: the checkpoint step it
+    resumes from, None when it starts from the beginning)."""
+    with transaction.atomic():
+        job, attempt = lock_current(attempt_id)
+        if attempt.ended_at is not None:
+            raise AttemptSuperseded(attempt.pk)
+        if attempt.started_at is None:
+            attempt.started_at = timezone.now()
+            attempt.last_heartbeat_at = attempt.started_at
+            attempt.save(update_fields=["started_at", "last_heartbeat_at"])
+            services.record_event(
+                job=job,
+                attempt=attempt.number,
+                type=JobEventType.WORKLOAD_STARTED,
+                message="The workload started.",
+            )
+            preemption.record_resume(job, attempt, resumed_from_step)
+        if job.state == JobState.PROVISIONING:
+            job = services.job_transition(job_id=job.pk, to=JobState.RUNNING)
+        return order_for(job, attempt)
+
+
+def runner_heartbeat(attempt_id: int) -> str:
+    attempt = Attempt.objects.get(pk=attempt_id)
+    job = Job.objects.only("state", "attempt_count").get(pk=attempt.job_id)
+    if attempt.number != job.attempt_count or attempt.ended_at is not None:
+        raise AttemptSuperseded(attempt.pk)
+    Attempt.objects.filter(pk=attempt.pk).update(last_heartbeat_at=timezone.now())
+    return order_for(job, attempt)
+
+
+def runner_exited(attempt_id: int, exit_code: int) -> None:
+    """Record the workload's exit code (from the runner or the backend's poll) and move the
+    job on: to `preempted` when the attempt was displaced or reclaimed, else towards its
+    final state, which `finalize` sets after releasing the hardware."""
+    with transaction.atomic():
+        job, attempt = lock_current(attempt_id)
+        if attempt.ended_at is not None:
+            return
+        if attempt.exit_code is None:
+            attempt.exit_code = exit_code
+            attempt.save(update_fields=["exit_code"])
+            services.record_event(
+                job=job,
+                attempt=attempt.number,
+                type=JobEventType.WORKLOAD_EXITED,
+                message=f"The workload exited with code {exit_code}.",
+                data={"exit_code": exit_code},
+            )
+        reason = preemption.preemption_reason(job, attempt, attempt.exit_code)
+        if reason is not None:
+            preemption.preempt(job, attempt, reason=reason)
+            return
+        if job.state == JobState.PROVISIONING:
+            job = services.job_transition(job_id=job.pk, to=JobState.RUNNING)
+        if job.state == JobState.RUNNING:
+            services.job_transition(job_id=job.pk, to=JobState.FINALIZING)
+        enqueue.finalize_on_commit(job.pk)
+
+
+def finalize(job_id: int) -> None:
+    """Finish a job whose workload has ended: `finalizing` → succeeded/failed by exit code;
+    `terminating` → terminated once the runner is gone or has reported its exit."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        if job is None:
+            return
+        attempt = job.attempts.select_related("provider").filter(number=job.attempt_count).first()
+        if job.state == JobState.FINALIZING and attempt is not None:
+            code = attempt.exit_code if attempt.exit_code is not None else -1
+            end_attempt(attempt, reason=f"exit_code_{code}", exit_code=code)
+            if code == 0:
+                services.job_transition(job_id=job.pk, to=JobState.SUCCEEDED, exit_code=0)
+            else:
+                services.job_transition(
+                    job_id=job.pk,
+                    to=JobState.FAILED,
+                    reason=hooks_for(job).failure_reason(job, code),
+                    exit_code=code,
+                    error_message=_error_tail(job, attempt),
+                    message=f"The workload failed with exit code {code}.",
+                )
+        elif job.state == JobState.TERMINATING and (
+            attempt is None
+            or attempt.exit_code is not None
+            or attempt.ended_at is not None
+            or _never_launched(attempt)
+        ):
+            _terminated(job, attempt)
+
+
+def _never_launched(attempt: Attempt) -> bool:
+    """Terminated between allocation and launch: no runner was started, and none will be
+    (launch skips terminating jobs) once a launch in flight has had LAUNCH_STALL_S."""
+    stall = timezone.now() - timedelta(seconds=settings.LAUNCH_STALL_S)
+    return attempt.launched_at is None and attempt.allocated_at < stall
+
+
+def _terminated(job: Job, attempt: Attempt | None) -> None:
+    if attempt is not None:
+        end_attempt(attempt, reason=job.reason or "terminated")
+    exit_code = attempt.exit_code if attempt is not None else None
+    services.job_transition(
+        job_id=job.pk, to=JobState.TERMINATED, reason=job.reason, exit_code=exit_code
+    )
+
+
+def _error_tail(job: Job, attempt: Attempt, lines: int = 5) -> str:
+    tail = (
+        LogLine.objects.filter(
+            job=job,
+            attempt=attempt.number,
+            stream=LogLine.Stream.STDERR,
+            source=LogLine.Source.USER,
+        )
+        .order_by("-id")
+        .values_list("message", flat=True)[:lines]
+    )
+    return "\n".join(reversed(list(tail)))
+
+
+def supervise(attempt_id: int) -> None:
+    """One reconcile step for a launched, live attempt: poll it and act on what it says."""
+    attempt = Attempt.objects.select_related("provider", "job").get(pk=attempt_id)
+    job = attempt.job
+    if attempt.ended_at is not None or not attempt.handle:
+        return
+    backend = backend_for(attempt.provider)
+    if job.state == JobState.TERMINATING and attempt.terminate_requested_at is None:
+        backend.terminate(attempt.handle, grace_for(job.reason))
+        Attempt.objects.filter(pk=attempt.pk).update(terminate_requested_at=timezone.now())
+    elif preemption.stop_overdue(attempt):
+        backend.terminate(attempt.handle, settings.TERMINATE_GRACE_S)
+        Attempt.objects.filter(pk=attempt.pk).update(terminate_requested_at=timezone.now())
+    result = backend.poll(attempt.handle)
+    if result.state == "running":
+        if job.state != JobState.TERMINATING and _heartbeat_lapsed(attempt):
+            preemption.kill_silent(attempt)
+        return
+    if result.state == "exited" and result.exit_code is not None:
+        try:
+            runner_exited(attempt.pk, result.exit_code)
+        except AttemptSuperseded:
+            return
+        finalize(job.pk)
+        return
+    if job.state == JobState.TERMINATING:
+        finalize_terminating_without_runner(job.pk)
+        return
+    # Gone without an exit record: make sure nothing of it is left before a new attempt.
+    backend.release(attempt.handle)
+    _lost(attempt.pk, result.state, result.detail or "The workload was lost.")
+
+
+def finalize_terminating_without_runner(job_id: int) -> None:
+    with transaction.atomic():
+        job = Job.objects.select_for_update(of=("self",)).get(pk=job_id)
+        if job.state != JobState.TERMINATING:
+            return
+        attempt = job.attempts.select_related("provider").filter(number=job.attempt_count).first()
+        _terminated(job, attempt)
+
+
+def _heartbeat_lapsed(attempt: Attempt) -> bool:
+    last = attempt.last_heartbeat_at or attempt.launched_at
+    return last is not None and timezone.now() - last > timedelta(
+        seconds=settings.HEARTBEAT_TIMEOUT_S
+    )
+
+
+def _lost(attempt_id: int, reason: str, message: str) -> None:
+    """The workload is gone without an exit: a running job's hardware was reclaimed (it is
+    preempted and placed again); a terminating one is terminated; one that was already
+    finishing fails."""
+    with transaction.atomic():
+        try:
+            job, attempt = lock_current(attempt_id)
+        except AttemptSuperseded:
+            return
+        if attempt.ended_at is not None or job.is_terminal:
+            return
+        services.record_event(
+            job=job,
+            attempt=attempt.number,
+            type=JobEventType.WORKLOAD_LOST,
+            message=message,
+            data={"reason": reason},
+        )
+        if job.state in preemption.DISPLACEABLE_STATES:
+            preemption.preempt(job, attempt, reason=preemption.RECLAIMED, detail=reason)
+            return
+        end_attempt(attempt, reason=reason)
+        if job.state == JobState.RUNNING:
+            job = services.job_transition(job_id=job.pk, to=JobState.FINALIZING)
+        target = JobState.TERMINATED if job.state == JobState.TERMINATING else JobState.FAILED
+        services.job_transition(
+            job_id=job.pk,
+            to=target,
+            reason=job.reason if target == JobState.TERMINATED else reason,
+            message=message,
+            error_message=message,
+        )

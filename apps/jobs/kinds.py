@@ -1,0 +1,53 @@
+"""Job kinds as plug-ins: what the generic core asks of a kind, found by dotted path.
+
+The core (runner API, supervision, preemption) never branches on `Job.kind`. It calls
+`hooks_for(job)` and one of three hooks; a kind that needs nothing special uses the
+defaults of `JobKind`. A kind's app (`apps.finetunes`, later `apps.serving`) sits above
+`jobs` and subclasses `JobKind`; it is named here as a string, so `jobs` imports nothing of
+it, and loaded on first use.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from apps.jobs.models import Attempt, Job
+
+KIND_HOOKS: dict[str, str] = {
+    "finetune": "apps.finetunes.kind.Finetune",
+}
+
+
+class JobKind:
+    """The defaults: a plain container job."""
+
+    def runner_inputs(self, job: Job) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """Files the runner fetches before the workload starts (the spec's `inputs`), and
+        env entries that replace the job's own for the runner."""
+        return [], {}
+
+    def failure_reason(self, job: Job, exit_code: int) -> str:
+        """The job's `reason` when its workload exits with a non-zero `exit_code`."""
+        return f"exit_code_{exit_code}"
+
+    def exit_is_final(self, job: Job, attempt: Attempt, exit_code: int | None) -> bool:
+        """True when an attempt that was told to checkpoint and stop ended with its real
+        outcome anyway (it had finished), so the exit decides the job's fate rather than a
+        preemption."""
+        return False
+
+
+@cache
+def _load(path: str) -> JobKind:
+    return import_string(path)()
+
+
+_DEFAULT = JobKind()
+
+
+def hooks_for(job: Job) -> JobKind:
+    path = KIND_HOOKS.get(job.kind)
+    return _load(path) if path else _DEFAULT

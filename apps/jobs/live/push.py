@@ -1,0 +1,123 @@
+"""Live updates: channel-group names, the job's live sequence, watchers, and the pushes sent
+after a write commits (docs/realtime.md).
+
+Every write that a job page shows (a state change, an event, log lines, metric points) bumps
+`Job.live_seq` in its own transaction and, after commit, pushes one message to the job's
+group: the rendered partials (out-of-band swaps for htmx's ws extension) with that sequence
+number. Rendered once per write, not once per viewer — and not at all when no page watches
+the group (consumers count themselves in Redis), so a busy job nobody looks at costs no
+rendering. The channel layer may drop messages; a page that sees a gap in the sequence, or
+reconnects, fetches what it missed by id. A failed push never fails the write.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import connection
+
+from apps.core.transactions import after_commit
+from apps.jobs.live import partials
+from apps.jobs.models import Job
+
+logger = logging.getLogger(__name__)
+
+WATCH_KEY = "trainyard:watchers:{group}"
+WATCH_TTL_S = 24 * 3600
+_redis: redis.Redis | None = None
+
+
+def job_group(job_public_id: str) -> str:
+    return f"job.{job_public_id}"
+
+
+def project_group(project_public_id: str) -> str:
+    return f"project.{project_public_id}"
+
+
+def _client() -> redis.Redis:
+    global _redis
+    if _redis is None:
+        _redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
+    return _redis
+
+
+def watch_key(group: str) -> str:
+    return WATCH_KEY.format(group=group)
+
+
+def watched(group: str) -> bool:
+    """Whether any page holds a socket on `group` now. A crashed consumer may leave a count
+    behind (it expires within a day): that only costs a push nobody receives."""
+    try:
+        return int(_client().get(watch_key(group)) or 0) > 0
+    except redis.RedisError:
+        return True
+
+
+def bump_live_seq(job_pk: int, *, user_lines: int = 0, system_lines: int = 0) -> int:
+    """Take the job's next live sequence number (and add to its log-line counts, in the same
+    statement). Call inside the write's transaction: the row stays locked until commit, so
+    numbers are taken in commit order."""
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET live_seq = live_seq + 1, "
+            "user_log_lines = user_log_lines + %s, system_log_lines = system_log_lines + %s "
+            "WHERE id = %s RETURNING live_seq",
+            [user_lines, system_lines, job_pk],
+        )
+        return cursor.fetchone()[0]
+
+
+def push_on_commit(
+    *,
+    job,
+    seq: int,
+    event_ids: list[int] = (),
+    log_ids: list[int] = (),
+    metric_ids: list[int] = (),
+    state_changed: bool = False,
+) -> None:
+    after_commit(
+        _push,
+        job_pk=job.pk,
+        groups=(job_group(job.public_id), project_group(job.project.public_id)),
+        seq=seq,
+        event_ids=list(event_ids),
+        log_ids=list(log_ids),
+        metric_ids=list(metric_ids),
+        state_changed=state_changed,
+    )
+
+
+def _push(*, job_pk, groups, seq, event_ids, log_ids, metric_ids, state_changed) -> None:
+    layer = get_channel_layer()
+    group, projects = groups
+    to_job = watched(group)
+    to_project = state_changed and watched(projects)
+    if layer is None or not (to_job or to_project):
+        return  # nobody is looking: render nothing
+    try:
+        job = partials.job_for_push(job_pk)
+        if to_job:
+            html = partials.render_push(
+                job,
+                seq=seq,
+                event_ids=event_ids,
+                log_ids=log_ids,
+                metric_ids=metric_ids,
+                state_changed=state_changed,
+            )
+            async_to_sync(layer.group_send)(group, {"type": "job.push", "seq": seq, "html": html})
+        if to_project:
+            row = partials.render_row_push(job)
+            async_to_sync(layer.group_send)(
+                projects, {"type": "project.push", "job": job.public_id, "html": row}
+            )
+    except Exception:  # the write has committed; pages recover what a lost push carried
+        logger.warning("live push for job %s failed", job_pk, exc_info=True)

@@ -1,0 +1,94 @@
+"""The runner's lifecycle endpoints (docs/runner-protocol.md): its spec, `started`,
+heartbeats (whose answers carry orders) and its exit report."""
+
+from __future__ import annotations
+
+from contextlib import suppress
+
+from django.conf import settings
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.http import require_GET, require_POST
+
+from apps.core.errors import InvalidRequest
+from apps.jobs.artifacts import store
+from apps.jobs.execution import supervision
+from apps.jobs.execution.attempts import AttemptSuperseded
+from apps.jobs.kinds import hooks_for
+from apps.jobs.models import Attempt
+from apps.jobs.runner_api.auth import json_body, runner_endpoint
+from apps.secrets.selectors import resolve_secret_env
+from runner import protocol
+
+
+@require_GET
+@runner_endpoint
+def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
+    job = attempt.job
+    if attempt.ended_at is not None or attempt.number != job.attempt_count:
+        raise AttemptSuperseded(attempt.pk)
+    container = job.spec["container"]
+    secret_values = resolve_secret_env(
+        organization=job.organization, secret_env=container.get("secret_env") or {}
+    )
+    inputs, env_for_runner = hooks_for(job).runner_inputs(job)
+    env = {**container.get("env", {}), **env_for_runner, **secret_values}
+    env.update(
+        {
+            protocol.ENV_JOB_ID: job.public_id,
+            protocol.ENV_ATTEMPT: str(attempt.number),
+            protocol.ENV_CHECKPOINT_DIR: "checkpoints",
+            protocol.ENV_RESUME_FROM: "",
+        }
+    )
+    if settings.TRAINYARD_HF_ENDPOINT:
+        env["HF_ENDPOINT"] = settings.TRAINYARD_HF_ENDPOINT
+    return JsonResponse(
+        {
+            "protocol_version": protocol.PROTOCOL_VERSION,
+            "job_id": job.public_id,
+            "attempt": attempt.number,
+            "command": container.get("command"),
+            "script_b64": container.get("script_b64"),
+            "env": env,
+            "mask": [value for value in secret_values.values() if value],
+            "heartbeat_interval_s": settings.HEARTBEAT_INTERVAL_S,
+            "log_batch_max_lines": settings.LOG_BATCH_MAX_LINES,
+            "log_batch_max_interval_s": settings.LOG_BATCH_MAX_INTERVAL_S,
+            "terminate_grace_s": settings.TERMINATE_GRACE_S,
+            "final_flush_timeout_s": 600,
+            "resume_from": store.resume_from(job),
+            "inputs": inputs,
+        }
+    )
+
+
+@require_POST
+@runner_endpoint
+def started(request: HttpRequest, attempt: Attempt) -> JsonResponse:
+    body = json_body(request)
+    step = body.get("resumed_from_step") if isinstance(body, dict) else None
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+        raise InvalidRequest(
+            "resumed_from_step must be a non-negative whole number.", param="resumed_from_step"
+        )
+    return JsonResponse({"order": supervision.runner_started(attempt.pk, step)})
+
+
+@require_POST
+@runner_endpoint
+def heartbeat(request: HttpRequest, attempt: Attempt) -> JsonResponse:
+    return JsonResponse({"order": supervision.runner_heartbeat(attempt.pk)})
+
+
+@require_POST
+@runner_endpoint
+def exit_(request: HttpRequest, attempt: Attempt) -> JsonResponse:
+    body = json_body(request)
+    code = body.get("exit_code") if isinstance(body, dict) else None
+    if not isinstance(code, int) or isinstance(code, bool):
+        raise InvalidRequest("exit_code must be a whole number.", param="exit_code")
+    # A late report of an old attempt has nothing left to do, and nothing to undo.
+    if attempt.ended_at is None:
+        with suppress(AttemptSuperseded):
+            supervision.runner_exited(attempt.pk, code)
+    return JsonResponse({"ok": True})

@@ -1,0 +1,19 @@
+"""`/api/v1/runner/`: the server half of the runner protocol (docs/runner-protocol.md)."""
+
+from django.urls import path
+
+from apps.jobs.runner_api import artifacts, lifecycle, logs
+
+urlpatterns = [
+    path("jobs/<str:job_id>/spec", lifecycle.spec, name="runner-spec"),
+    path("jobs/<str:job_id>/started", lifecycle.started, name="runner-started"),
+    path("jobs/<str:job_id>/heartbeat", lifecycle.heartbeat, name="runner-heartbeat"),
+    path("jobs/<str:job_id>/logs", logs.logs, name="runner-logs"),
+    path("jobs/<str:job_id>/exit", lifecycle.exit_, name="runner-exit"),
+    path("jobs/<str:job_id>/artifacts", artifacts.upload, name="runner-artifacts"),
+    path(
+        "jobs/<str:job_id>/artifacts/<int:artifact_id>/download",
+        artifacts.download,
+        name="runner-artifact-download",
+    ),
+]

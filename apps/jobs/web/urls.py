@@ -1,0 +1,21 @@
+from django.urls import path
+
+from apps.jobs.web import new_job, views
+
+urlpatterns = [
+    path(
+        "o/<slug:org_slug>/projects/<slug:project_slug>/",
+        views.project_detail,
+        name="project-detail",
+    ),
+    path("o/<slug:org_slug>/quote/", new_job.job_quote, name="job-quote"),
+    path("o/<slug:org_slug>/jobs/<str:job_id>/", views.job_detail, name="job-detail"),
+    path("o/<slug:org_slug>/jobs/<str:job_id>/live/", views.job_live, name="job-live"),
+    path("o/<slug:org_slug>/jobs/<str:job_id>/logs/", views.job_logs_older, name="job-logs-older"),
+    path("o/<slug:org_slug>/jobs/<str:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path(
+        "o/<slug:org_slug>/jobs/<str:job_id>/artifacts/<int:artifact_id>/download/",
+        views.job_artifact_download,
+        name="job-artifact-download",
+    ),
+]

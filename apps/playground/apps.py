@@ -1,6 +1,0 @@
-from django.apps import AppConfig
-
-
-class PlaygroundConfig(AppConfig):
-    name = "apps.playground"
-    label = "playground"

@@ -1,0 +1,236 @@
+"""The runner protocol as code: the names, numbers and message shapes that the runner, the
+trainer and the control plane share (docs/runner-protocol.md is the prose).
+
+Standard library only, and importing nothing else of the project: the runner runs on any
+python3 >= 3.9 with nothing installed, the trainer imports this module and nothing else of
+`runner`, and the control plane imports it from Django code.
+
+**Versions.** The runner sends `PROTOCOL_HEADER: PROTOCOL_VERSION` on every request; the
+control plane answers 400 `{"error": {"type": "unsupported_protocol"}}` to a version it does
+not speak. `GET spec` carries `protocol_version`; a runner that does not speak it starts
+nothing and exits `EXIT_CONFIG`. A missing header or field means version 1: the runners and
+control planes from before versioning speak it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+# -- versions ----------------------------------------------------------------------------
+
+PROTOCOL_VERSION = 1  # the newest version this code speaks
+MIN_PROTOCOL_VERSION = 1  # the oldest one it still speaks
+IMPLICIT_PROTOCOL_VERSION = 1  # what a peer that names no version speaks
+PROTOCOL_HEADER = "X-Trainyard-Protocol"
+
+
+def supported(version: int) -> bool:
+    """True when `version` is one this code speaks (MIN_PROTOCOL_VERSION..PROTOCOL_VERSION)."""
+    return (
+        isinstance(version, int)
+        and not isinstance(version, bool)
+        and MIN_PROTOCOL_VERSION <= version <= PROTOCOL_VERSION
+    )
+
+
+def version_of_header(value: str | None) -> int | None:
+    """The version a `PROTOCOL_HEADER` value names: 1 when the header is missing (None), None
+    when it is not a whole number (surrounding whitespace is allowed)."""
+    if value is None:
+        return IMPLICIT_PROTOCOL_VERSION
+    text = value.strip()
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
+def version_of_spec(spec: Mapping[str, Any]) -> int | None:
+    """The version a spec answer names in `protocol_version`: 1 when it is missing or null,
+    None when it is not a whole number."""
+    value = spec.get("protocol_version")
+    if value is None:
+        return IMPLICIT_PROTOCOL_VERSION
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value
+
+
+# -- error types (`{"error": {"type": ...}}`) ----------------------------------------------
+
+ERROR_ATTEMPT_SUPERSEDED = "attempt_superseded"  # 409: the runner exits 0
+ERROR_UNSUPPORTED_PROTOCOL = "unsupported_protocol"  # 400: the runner exits 2
+
+# -- orders (the answer of `started` and `heartbeat`) -----------------------------------
+
+
+class Order(str, enum.Enum):  # noqa: UP042 - enum.StrEnum is 3.11+
+    """What the control plane asks of the runner; compares equal to its string."""
+
+    CONTINUE = "continue"
+    TERMINATE = "terminate"
+    CHECKPOINT_AND_EXIT = "checkpoint_and_exit"
+
+
+ORDER_CONTINUE = Order.CONTINUE.value
+ORDER_TERMINATE = Order.TERMINATE.value
+ORDER_CHECKPOINT_AND_EXIT = Order.CHECKPOINT_AND_EXIT.value
+
+# -- exit codes ----------------------------------------------------------------------------
+
+# The runner's own exit status.
+EXIT_OK = 0  # done, or superseded
+EXIT_REFUSED = 1  # the token was refused (401/404)
+EXIT_CONFIG = 2  # bad configuration, or a protocol version the runner does not speak
+EXIT_UNREPORTED = 69  # EX_UNAVAILABLE: the exit could not be reported in time
+EXIT_LOCKED = 75  # EX_TEMPFAIL: another runner holds the workdir
+
+# The workload's exit code, as `exit` reports it.
+EXIT_GRADING_FAILED = 3  # the trainer graded its adapter and it failed
+EXIT_NO_INPUT = 66  # EX_NOINPUT: an input of the spec could not be fetched
+EXIT_CANNOT_EXECUTE = 126  # the command is not executable
+EXIT_NOT_FOUND = 127  # the command was not found, or the spec cannot be run
+EXIT_SIGTERM = 143  # 128 + SIGTERM: terminated (or never started: terminated before)
+
+# -- environment variables -------------------------------------------------------------
+
+# Set by a backend for the runner; the first three are never passed on to the workload.
+ENV_CONTROL_URL = "TRAINYARD_CONTROL_URL"
+ENV_RUNNER_TOKEN = "TRAINYARD_RUNNER_TOKEN"
+ENV_WORKDIR = "TRAINYARD_WORKDIR"
+ENV_JOB_ID = "TRAINYARD_JOB_ID"  # also in the spec's env, for the workload
+# Set by the control plane in the spec's env, for the workload.
+ENV_ATTEMPT = "TRAINYARD_ATTEMPT"
+ENV_CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"  # relative to the workload's directory
+ENV_RESUME_FROM = "TRAINYARD_RESUME_FROM"  # set by the runner to the checkpoint fetched
+
+# -- the workload's JSON lines on stdout (`{"type": ...}`) ----------------------------------
+
+LINE_METRICS = "metrics"  # a metric point, for the control plane's ingestion
+LINE_CHECKPOINT = "checkpoint"  # a checkpoint directory, for the runner to upload
+LINE_GRADING = "grading"  # the trainer's verdict, kept as the job's `grading` event
+LINE_ADAPTER = "adapter"  # the final adapter directory, for the runner to upload
+ARTIFACT_LINE_TYPES = frozenset({LINE_CHECKPOINT, LINE_ADAPTER})  # also the upload kinds
+
+# -- log lines -----------------------------------------------------------------------------
+
+SOURCE_USER = "user"  # the workload's output
+SOURCE_SYSTEM = "system"  # the runner's own lines
+STREAM_STDOUT = "stdout"
+STREAM_STDERR = "stderr"
+MAX_MESSAGE_CHARS = 16384  # a longer line is sent as several
+
+# -- artifact uploads and downloads ----------------------------------------------------------
+
+SHA256_HEADER = "X-Trainyard-SHA256"  # hex digest of an upload's body, or of a download
+ARTIFACT_CONTENT_TYPE = "application/gzip"  # the body: a tar.gz of the directory
+
+# -- message shapes ------------------------------------------------------------------------
+
+
+class ResumeFrom(TypedDict):
+    """The spec's `resume_from`: the checkpoint to resume from."""
+
+    artifact_id: str
+    step: int
+    sha256: str
+    download_url: str
+
+
+class InputFile(TypedDict):
+    """One item of the spec's `inputs`."""
+
+    path: str
+    download_url: str
+    sha256: str
+    size_bytes: int
+
+
+class SpecResponse(TypedDict, total=False):
+    """The answer of `GET spec`. Exactly one of `command` and `script_b64` is set; a runner
+    reads a missing `protocol_version` as 1."""
+
+    job_id: str
+    attempt: int
+    command: list[str] | None
+    script_b64: str | None
+    env: dict[str, str]
+    mask: list[str]
+    heartbeat_interval_s: float
+    log_batch_max_lines: int
+    log_batch_max_interval_s: float
+    terminate_grace_s: float
+    final_flush_timeout_s: float
+    resume_from: ResumeFrom | None
+    inputs: list[InputFile]
+    protocol_version: int
+
+
+class Started(TypedDict):
+    """The body of `POST started`."""
+
+    pid: int
+    resumed_from_step: int | None
+
+
+class Heartbeat(TypedDict):
+    """The body of `POST heartbeat`."""
+
+    last_seq: int
+
+
+class OrderAnswer(TypedDict):
+    """The answer of `POST started` and `POST heartbeat`: an `Order` value."""
+
+    order: str
+
+
+class LogLine(TypedDict):
+    """One line of `POST logs`, also one line of the runner's spool."""
+
+    seq: int
+    ts: str
+    source: str  # SOURCE_USER or SOURCE_SYSTEM
+    stream: str  # STREAM_STDOUT or STREAM_STDERR
+    message: str
+
+
+class LogBatch(TypedDict):
+    """The body of `POST logs`."""
+
+    lines: list[LogLine]
+
+
+class LogsAnswer(TypedDict):
+    """The answer of `POST logs`."""
+
+    accepted: int
+    duplicates: int
+
+
+class Exit(TypedDict):
+    """The body of `POST exit`."""
+
+    exit_code: int
+    last_seq: int
+
+
+class ArtifactAnswer(TypedDict):
+    """The answer of `POST artifacts`."""
+
+    id: str
+    sha256: str
+    size_bytes: int
+
+
+class ErrorDetail(TypedDict):
+    type: str
+    message: str
+    param: str | None
+
+
+class ErrorAnswer(TypedDict):
+    """Any error answer."""
+
+    error: ErrorDetail

@@ -1,0 +1,91 @@
+"""The workload as a process: its argv and environment from the spec, starting it in the
+runner's process group, and `{workdir}/exit.json`."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import subprocess
+from pathlib import Path
+
+from runner.config import WORKLOAD_HIDDEN_VARS
+from runner.output import utc_now_iso
+from runner.protocol import ENV_CHECKPOINT_DIR, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND
+from runner.spec import JobSpec, SpecError
+
+
+def exit_code_of(returncode: int) -> int:
+    """The reported exit code: a signal-killed workload (negative returncode) is 128 + sig."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def workload_argv(spec: JobSpec, workdir: Path) -> list[str]:
+    """The workload's argv; writes `{workdir}/script.sh` for a script job."""
+    has_command = spec.command is not None
+    has_script = spec.script_b64 is not None
+    if has_command == has_script:
+        raise SpecError("the spec must set exactly one of command and script_b64")
+    if has_command:
+        command = spec.command
+        if not (isinstance(command, list) and command and all(isinstance(a, str) for a in command)):
+            raise SpecError("command must be a non-empty list of strings")
+        return list(command)
+    try:
+        script = base64.b64decode(str(spec.script_b64), validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise SpecError(f"script_b64 is not base64: {exc}") from exc
+    path = workdir / "script.sh"
+    path.write_bytes(script)
+    path.chmod(0o700)
+    return ["bash", str(path)]
+
+
+def workload_env(spec: JobSpec, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The runner's environment minus the runner's own variables, plus the spec's env."""
+    source = os.environ if base is None else base
+    env = {key: value for key, value in source.items() if key not in WORKLOAD_HIDDEN_VARS}
+    env.update(spec.env)
+    return env
+
+
+def prepare(spec: JobSpec, workdir: Path) -> tuple[list[str], dict[str, str]]:
+    """The workload's argv and environment; creates its working directory `{workdir}/work`
+    and, inside it, the checkpoint directory. Raises SpecError or OSError."""
+    argv = workload_argv(spec, workdir)
+    work = workdir / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    env = workload_env(spec)
+    checkpoint_dir = env.get(ENV_CHECKPOINT_DIR, "")
+    if checkpoint_dir:
+        (work / checkpoint_dir).mkdir(parents=True, exist_ok=True)
+    return argv, env
+
+
+def spawn(argv: list[str], work: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start the workload in `work` with its stdout and stderr piped. Raises OSError."""
+    # No new session: the workload shares the runner's process group, so a signal to the
+    # group reaches the runner and everything the workload starts.
+    return subprocess.Popen(
+        argv,
+        cwd=str(work),
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        close_fds=True,
+    )
+
+
+def start_failure_code(exc: OSError) -> int:
+    """The exit code reported for a workload that could not be started."""
+    return EXIT_CANNOT_EXECUTE if isinstance(exc, PermissionError) else EXIT_NOT_FOUND
+
+
+def write_exit_json(workdir: Path, exit_code: int) -> None:
+    """Write `{workdir}/exit.json` atomically."""
+    path = workdir / "exit.json"
+    tmp = path.with_name("exit.json.tmp")
+    tmp.write_text(json.dumps({"exit_code": exit_code, "finished_at": utc_now_iso()}) + "\n")
+    os.replace(tmp, path)

@@ -1,0 +1,55 @@
+"""The domain starts tasks by their registered names (`apps.jobs.enqueue`): a renamed or
+missing task must fail here, not in production with a message nobody consumes."""
+
+import json
+
+import pytest
+import redis
+from django.db import transaction
+
+from apps.jobs import enqueue
+from config.celery import app
+
+
+def test_every_name_the_domain_sends_is_a_registered_task():
+    app.loader.import_default_modules()  # what a worker does at start: autodiscovery
+
+    missing = [name for name in enqueue.TASK_NAMES if name not in app.tasks]
+
+    assert missing == []
+
+
+def test_the_tasks_are_registered_under_exactly_those_names():
+    app.loader.import_default_modules()
+
+    registered = {name for name in app.tasks if name.startswith("jobs.")}
+
+    assert set(enqueue.TASK_NAMES) <= registered
+    assert "jobs.reconcile" in registered
+
+
+def _queued(client: redis.Redis, job_id: int) -> list[str]:
+    """The task names of the messages in the broker's default queue for `job_id`."""
+    names = []
+    for raw in client.lrange("celery", 0, -1):
+        headers = json.loads(raw)["headers"]
+        if headers.get("argsrepr") == f"[{job_id}]":
+            names.append(headers["task"])
+            client.lrem("celery", 0, raw)
+    return names
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_send_reaches_the_broker_after_commit_and_never_after_a_rollback(settings):
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    job_id = 987_654_321  # no worker runs here; the message stays in the queue to be read
+
+    with transaction.atomic():
+        enqueue.dispatch_on_commit(job_id)
+        assert _queued(client, job_id) == []
+    assert _queued(client, job_id) == ["jobs.dispatch_job"]
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        enqueue.finalize_on_commit(job_id)
+        raise RuntimeError("rolled back")
+    assert _queued(client, job_id) == []
