@@ -31,12 +31,13 @@ install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
 run: install
+	$(RUN_ENV) $(PY) manage.py runstack --check-port
 	$(RUN_ENV) $(PY) manage.py migrate --noinput
 	$(RUN_ENV) $(PY) manage.py seed_demo
 	$(RUN_ENV) $(PY) manage.py collectstatic --noinput --verbosity 0
 	$(RUN_ENV) $(PY) manage.py ensure_redis
-	@echo "Trainyard: http://127.0.0.1:8000/  (Ctrl-C stops web, worker and beat)"
-	$(RUN_ENV) $(BIN)/honcho start -f Procfile
+	@echo "Trainyard: http://$${WEB_HOST:-127.0.0.1}:$${WEB_PORT:-8000}/  (Ctrl-C stops web, worker and beat)"
+	$(RUN_ENV) $(PY) manage.py runstack
 
 lint: install-dev
 	$(BIN)/ruff check .
@@ -48,7 +49,7 @@ format: install-dev
 	$(BIN)/ruff format .
 
 test: lint
-	DATABASE_POOL=0 DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) manage.py makemigrations --check --dry-run --settings config.test_settings
+	DATABASE_POOL=0 DATABASE_URL=sqlite://:memory: $(PY) manage.py makemigrations --check --dry-run --settings config.test_settings
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(PYTEST_ARGS)
 
 bench: install-dev

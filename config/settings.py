@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
+    "apps.core",
     "apps.accounts",
     "apps.projects",
     "apps.catalog",
@@ -247,8 +248,16 @@ SESSION_COOKIE_HTTPONLY = True
 API_KEY_TOUCH_INTERVAL_S = env_int("API_KEY_TOUCH_INTERVAL_S", 60)
 
 # Running jobs. Times in seconds unless named otherwise.
-# The URL runners use to reach this control plane (they may run on other hosts).
-TRAINYARD_PUBLIC_URL = env_str("TRAINYARD_PUBLIC_URL", "http://127.0.0.1:8000")
+# Where the ASGI server listens (the Procfile's `web` reads the same variables).
+WEB_HOST = env_str("WEB_HOST", "127.0.0.1")
+WEB_PORT = env_int("WEB_PORT", 8000)
+# The URL runners use to reach this control plane (they may run on other hosts). Unset, it
+# follows the server's own port, so a stack moved off 8000 never sends its runners to
+# whatever else serves 8000; a server bound to every interface is reached on loopback.
+_WEB_HOST_FOR_URL = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(
+    WEB_HOST, f"[{WEB_HOST}]" if ":" in WEB_HOST else WEB_HOST
+)
+TRAINYARD_PUBLIC_URL = env_str("TRAINYARD_PUBLIC_URL", f"http://{_WEB_HOST_FOR_URL}:{WEB_PORT}")
 # Injected into every workload as HF_ENDPOINT when set (a Hugging Face compatible hub).
 TRAINYARD_HF_ENDPOINT = env_str("TRAINYARD_HF_ENDPOINT", "")
 # Where the local provider keeps per-attempt work directories.

@@ -1,17 +1,18 @@
 """Start the real ASGI server the way `make run` does (migrate, seed_demo, collectstatic,
-then the Procfile's `web` process under honcho), sign in through the login form and read the
-project list. Run once on the embedded SQLite default and once on PostgreSQL."""
+then the Procfile's `web` process under `manage.py runstack`), sign in through the login form
+and read the project list. Run once on the embedded SQLite default and once on PostgreSQL."""
 
 from __future__ import annotations
 
 import re
+import sys
 import uuid
 
 import psycopg
 import pytest
 import requests
 
-from tests.live import BIN, base_env, free_port, manage, process_group, wait_until
+from tests.live import base_env, free_port, manage, process_group, wait_until
 
 pytestmark = pytest.mark.live
 
@@ -56,7 +57,7 @@ def test_sign_in_and_see_the_project_list_on_the_real_server(tmp_path, database_
 
     base = f"http://127.0.0.1:{port}"
     with process_group(
-        [str(BIN / "honcho"), "start", "-f", "Procfile", "web"], env=env, log=tmp_path / "web.log"
+        [sys.executable, "manage.py", "runstack", "web"], env=env, log=tmp_path / "web.log"
     ) as proc:
         wait_until(
             lambda: _answers(f"{base}/healthz") or proc.poll() is not None,

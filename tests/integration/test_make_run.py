@@ -1,0 +1,167 @@
+"""`make run` itself, as a newcomer runs it: on a port other than 8000 its runners follow the
+server, and a hard kill of it takes web, worker and beat down with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+import uuid
+from contextlib import contextmanager, suppress
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+
+from tests.live import ROOT, base_env, free_port, manage, wait_until
+
+pytestmark = pytest.mark.live
+
+REDIS_URL = "redis://127.0.0.1:6379/14"  # apart from the suite's own stack (db 15)
+PASSWORD = "make-run-test-password"
+
+
+def _env(tmp_path: Path, port: int) -> dict[str, str]:
+    env = base_env(
+        DEBUG="1",
+        TRAINYARD_VAR_DIR=str(tmp_path / "var"),
+        DATABASE_URL="",  # the embedded SQLite default, as on a laptop
+        REDIS_URL=REDIS_URL,
+        WEB_PORT=str(port),
+        DEMO_PASSWORD=PASSWORD,
+        RECONCILE_INTERVAL_S="1",
+        HEARTBEAT_INTERVAL_S="1",
+    )
+    for name in ("SECRET_KEY", "SECRETS_KEYS", "TRAINYARD_PUBLIC_URL", "MAKEFLAGS", "MFLAGS"):
+        env.pop(name, None)
+    return env
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200
+    except requests.ConnectionError:
+        return False
+
+
+def _stack_pids(var_dir: Path) -> list[int]:
+    """Every live process started for this stack: its environment names its var dir."""
+    found = []
+    marker = f"TRAINYARD_VAR_DIR={var_dir}".encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            with suppress(OSError):
+                if marker in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                    state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                    if state not in ("Z", "X"):
+                        found.append(int(entry))
+    return found
+
+
+@contextmanager
+def make_run(tmp_path: Path, port: int, name: str = "run"):
+    log = tmp_path / f"make-{name}.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["make", "run"],
+            cwd=ROOT,
+            env=_env(tmp_path, port),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    proc.log = log
+    try:
+        yield proc
+    finally:
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        redis.Redis.from_url(REDIS_URL).flushdb()
+
+
+class Listener:
+    """A server on 127.0.0.1:8000 that counts the connections it gets (when 8000 is free)."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 8000))
+        self.sock.listen(16)
+        self.sock.settimeout(0.2)
+        self.stopped = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            with suppress(TimeoutError, OSError):
+                conn, _ = self.sock.accept()
+                self.connections += 1
+                conn.close()
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.sock.close()
+
+
+def test_on_another_port_the_runner_reports_to_that_port_and_never_to_8000(tmp_path):
+    port = free_port()
+    listener = Listener()  # fails the test when 8000 is taken: then the check proves nothing
+    try:
+        with make_run(tmp_path, port) as proc:
+            wait_until(
+                lambda: _healthy(port) or proc.poll() is not None, timeout=240, what="make run"
+            )
+            assert proc.poll() is None, proc.log.read_text()
+            assert f"Trainyard: http://127.0.0.1:{port}/" in proc.log.read_text()
+            env = _env(tmp_path, port)
+            key = manage("create_api_key", "--org", "demo", env=env).stdout.strip().splitlines()
+            headers = {"Authorization": f"Bearer {key[-1]}", "Idempotency-Key": uuid.uuid4().hex}
+            body = {
+                "name": "on-another-port",
+                "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+                "container": {"image": "local", "command": ["python", "-c", "print('hi')"]},
+            }
+            base = f"http://127.0.0.1:{port}/api/v1/compute/jobs"
+            created = requests.post(base, json=body, headers=headers, timeout=10)
+            assert created.status_code == 201, created.text
+            job_url = f"{base}/{created.json()['id']}"
+
+            def finished():
+                state = requests.get(job_url, headers=headers, timeout=5).json()["state"]
+                return state if state in ("succeeded", "failed", "terminated") else None
+
+            assert wait_until(finished, timeout=90, interval=0.5, what="the job") == "succeeded"
+    finally:
+        listener.close()
+    assert listener.connections == 0
+
+
+def test_a_hard_kill_takes_the_stack_down_and_a_taken_port_is_named(tmp_path):
+    port = free_port()
+    var_dir = tmp_path / "var"
+    with make_run(tmp_path, port, "first") as first:
+        wait_until(lambda: _healthy(port) or first.poll() is not None, timeout=240, what="make run")
+        assert first.poll() is None, first.log.read_text()
+        wait_until(lambda: len(_stack_pids(var_dir)) >= 4, timeout=30, what="worker and beat")
+
+        second = subprocess.run(
+            ["make", "run"],
+            cwd=ROOT,
+            env=_env(tmp_path / "second", port),
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert second.returncode != 0
+        assert f"Port {port} on 127.0.0.1 is already in use" in second.stdout + second.stderr
+        assert _healthy(port)  # the first stack is untouched
+
+        os.killpg(first.pid, signal.SIGKILL)
+        wait_until(lambda: not _stack_pids(var_dir), timeout=5, what="web, worker and beat to go")
+    assert not _healthy(port)
