@@ -262,6 +262,17 @@ TRAINYARD_PUBLIC_URL = env_str("TRAINYARD_PUBLIC_URL", f"http://{_WEB_HOST_FOR_U
 TRAINYARD_HF_ENDPOINT = env_str("TRAINYARD_HF_ENDPOINT", "")
 # Where the local provider keeps per-attempt work directories.
 LOCAL_WORK_DIR = Path(env_str("LOCAL_WORK_DIR", str(VAR_DIR / "work")))
+# How the local provider runs an attempt (a provider's config "runtime" overrides it):
+# podman or docker run the job's image; host runs the command on this host (single-tenant);
+# auto picks podman, else docker, when one answers, else host.
+LOCAL_RUNTIME = env_str("LOCAL_RUNTIME", "auto")
+# What a host's container runtime needs beyond its defaults, shell-split: arguments before
+# the subcommand (e.g. "--runtime runc --cgroup-manager=cgroupfs") and after `run` (e.g.
+# "--ulimit nofile=1024:4096 --ulimit nproc=1000:1000").
+CONTAINER_GLOBAL_ARGS = env_str("CONTAINER_GLOBAL_ARGS", "")
+CONTAINER_RUN_ARGS = env_str("CONTAINER_RUN_ARGS", "")
+# How long a launch may wait for an image that is not in the local store to be pulled.
+IMAGE_PULL_TIMEOUT_S = env_float("IMAGE_PULL_TIMEOUT_S", 45.0)
 RECONCILE_INTERVAL_S = env_float("RECONCILE_INTERVAL_S", 5.0)
 HEARTBEAT_INTERVAL_S = env_float("HEARTBEAT_INTERVAL_S", 5.0)
 # A live attempt whose runner has not been heard from for this long is lost.

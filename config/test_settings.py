@@ -11,6 +11,12 @@ os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
 # dropped at the end. The live stack's processes run with the pool, as production does.
 os.environ.setdefault("DATABASE_POOL", "0")
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")  # apart from `make run` (db 0)
+# The suite's jobs run on the host runtime (the trainer needs the project's environment);
+# the container tests configure podman on their own provider.
+os.environ.setdefault("LOCAL_RUNTIME", "host")
+# What podman needs on these machines (hybrid cgroups: crun fails, default ulimits refused).
+os.environ.setdefault("CONTAINER_GLOBAL_ARGS", "--runtime runc --cgroup-manager=cgroupfs")
+os.environ.setdefault("CONTAINER_RUN_ARGS", "--ulimit nofile=1024:4096 --ulimit nproc=1000:1000")
 
 from config.settings import *  # noqa: F403
 

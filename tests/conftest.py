@@ -22,6 +22,7 @@ from apps.catalog.models import Accelerator, Offer
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import TERMINAL_STATES
 from apps.providers.models import Provider
+from tests.containers import ensure_test_image
 from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
 from tests.integration.stack import Stack
 
@@ -317,3 +318,15 @@ def hold(org):
         )
 
     return make
+
+
+# -- containers ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def podman_image(tmp_path_factory) -> str:
+    """The test image in podman's store (built offline once per machine)."""
+    try:
+        return ensure_test_image(tmp_path_factory.mktemp("image"))
+    except RuntimeError as exc:
+        pytest.fail(str(exc))

@@ -16,6 +16,7 @@ from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt
 from apps.providers.backends import REGISTRY, backend_for, procfs
 from apps.providers.backends.base import Bootstrap, LaunchRequest
+from apps.providers.models import Provider
 from tests.factories import OrganizationFactory
 from tests.jobs.helpers import make_job
 from tests.live import wait_until
@@ -23,15 +24,29 @@ from tests.live import wait_until
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
-@pytest.fixture(params=sorted(REGISTRY))
-def kind(request, settings, tmp_path):
+# Every backend kind, and the local backend in each of its runtimes.
+VARIANTS = [(kind, None) for kind in sorted(REGISTRY) if kind != "local"] + [
+    ("local", "host"),
+    ("local", "podman"),
+]
+
+
+@pytest.fixture(params=VARIANTS, ids=lambda v: "-".join(filter(None, v)))
+def variant(request, settings, tmp_path):
+    kind, runtime = request.param
     settings.LOCAL_WORK_DIR = tmp_path / "work"
-    return request.param
+    image = "local"
+    if runtime == "podman":
+        image = request.getfixturevalue("podman_image")
+    if runtime:
+        Provider.objects.filter(kind=kind).update(config={"runtime": runtime})
+    return kind, image
 
 
-def _launch(kind: str, live_server, command: list[str]):
+def _launch(variant, live_server, command: list[str]):
+    kind, image = variant
     org = OrganizationFactory(compute_enabled=True)
-    job = make_job(org, container={"image": "local", "command": command})
+    job = make_job(org, container={"image": image, "command": command})
     attempt: Attempt = allocate(job.pk)
     assert attempt.provider.kind == kind
     backend = backend_for(attempt.provider)
@@ -41,7 +56,7 @@ def _launch(kind: str, live_server, command: list[str]):
         accelerator="cpu",
         gpu_count=1,
         ephemeral_disk_gb=1,
-        image="local",
+        image=image,
     )
     bootstrap = Bootstrap(
         control_url=live_server.url,
@@ -52,63 +67,85 @@ def _launch(kind: str, live_server, command: list[str]):
     return backend, request, bootstrap
 
 
-def test_launch_is_idempotent_per_attempt(kind, live_server):
-    backend, request, bootstrap = _launch(kind, live_server, ["sleep", "30"])
+def _alive(backend, handle) -> bool:
+    """Whether anything of the attempt still runs: its container, or its process group."""
+    if "container" in handle:
+        return backend.containers.state(handle["container"]).running
+    return bool(procfs.group_members(handle["pgid"]))
+
+
+def _kill_hard(backend, handle) -> None:
+    """What a host crash does to the runner: SIGKILL, no chance to write an exit record."""
+    if "container" in handle:
+        backend.containers.kill(handle["container"])
+    else:
+        os.killpg(handle["pgid"], signal.SIGKILL)
+
+
+def _started(request) -> bool:
+    return Attempt.objects.filter(job__public_id=request.job_id, started_at__isnull=False).exists()
+
+
+def test_launch_is_idempotent_per_attempt(variant, live_server):
+    backend, request, bootstrap = _launch(variant, live_server, ["sleep", "30"])
     handle = backend.launch(request, bootstrap)
     try:
         assert backend.launch(request, bootstrap) == handle
-        wait_until(
-            lambda: len(procfs.group_members(handle["pgid"])) == 2, 20, what="runner and workload"
-        )
+        # The runner's `started` report is done before the attempt is killed: a request cut
+        # off mid-transaction could deadlock with the test database's flush.
+        wait_until(lambda: _started(request), 30, what="the runner's started report")
+        if "pgid" in handle:
+            assert len(procfs.group_members(handle["pgid"])) == 2  # runner and workload
         assert backend.poll(handle).state == "running"
-        # The runner's `started` report is done before the group is killed: a request cut off
-        # mid-transaction could deadlock with the test database's flush.
-        wait_until(
-            lambda: Attempt.objects.filter(
-                job__public_id=request.job_id, started_at__isnull=False
-            ).exists(),
-            20,
-            what="the runner's started report",
+        assert backend.launch(request, bootstrap) == handle
+    finally:
+        backend.release(handle)
+    assert not _alive(backend, handle)
+
+
+def test_terminate_returns_at_once_and_ends_the_attempt_within_the_grace(variant, live_server):
+    backend, request, bootstrap = _launch(
+        variant, live_server, ["bash", "-c", "trap '' TERM; sleep 30"]
+    )
+    handle = backend.launch(request, bootstrap)
+    try:
+        wait_until(lambda: _started(request), 30, what="the workload")
+        began = time.monotonic()
+        backend.terminate(handle, grace_s=2)
+        assert time.monotonic() - began < 1
+        wait_until(lambda: not _alive(backend, handle), 10, what="the attempt to end")
+        assert time.monotonic() - began < 2 + 3
+        assert backend.poll(handle).state in {"exited", "lost"}
+        backend.terminate(handle, grace_s=2)  # safe on a finished handle
+    finally:
+        backend.release(handle)
+        backend.release(handle)
+
+
+def test_poll_reports_the_exit_code(variant, live_server):
+    backend, request, bootstrap = _launch(variant, live_server, ["bash", "-c", "exit 7"])
+    handle = backend.launch(request, bootstrap)
+    try:
+        result = wait_until(
+            lambda: (r := backend.poll(handle)).state != "running" and r,
+            30,
+            what="the runner to finish",
         )
+        assert (result.state, result.exit_code) == ("exited", 7)
     finally:
         backend.release(handle)
 
 
-def test_terminate_returns_at_once_and_ends_the_group_within_the_grace(kind, live_server):
-    backend, request, bootstrap = _launch(
-        kind, live_server, ["bash", "-c", "trap '' TERM; sleep 30"]
-    )
+def test_a_runner_killed_without_an_exit_record_is_lost(variant, live_server):
+    backend, request, bootstrap = _launch(variant, live_server, ["sleep", "30"])
     handle = backend.launch(request, bootstrap)
-    wait_until(lambda: len(procfs.group_members(handle["pgid"])) >= 2, 20, what="workload")
-    began = time.monotonic()
-    backend.terminate(handle, grace_s=2)
-    assert time.monotonic() - began < 1
-    wait_until(lambda: not procfs.group_members(handle["pgid"]), 10, what="the group to end")
-    assert time.monotonic() - began < 2 + 3
-    assert backend.poll(handle).state in {"exited", "lost"}
-    backend.terminate(handle, grace_s=2)  # safe on a finished handle
-    backend.release(handle)
-    backend.release(handle)
-
-
-def test_poll_reports_the_exit_code(kind, live_server):
-    backend, request, bootstrap = _launch(kind, live_server, ["bash", "-c", "exit 7"])
-    handle = backend.launch(request, bootstrap)
-    result = wait_until(
-        lambda: (r := backend.poll(handle)).state != "running" and r,
-        30,
-        what="the runner to finish",
-    )
-    assert (result.state, result.exit_code) == ("exited", 7)
-
-
-def test_a_runner_killed_without_an_exit_record_is_lost(kind, live_server):
-    backend, request, bootstrap = _launch(kind, live_server, ["sleep", "30"])
-    handle = backend.launch(request, bootstrap)
-    wait_until(lambda: len(procfs.group_members(handle["pgid"])) == 2, 20, what="workload")
-    os.killpg(handle["pgid"], signal.SIGKILL)
-    wait_until(lambda: backend.poll(handle).state != "running", 10, what="the runner to die")
-    assert backend.poll(handle).state == "lost"
+    try:
+        wait_until(lambda: _started(request), 30, what="the workload")
+        _kill_hard(backend, handle)
+        wait_until(lambda: backend.poll(handle).state != "running", 10, what="the runner to die")
+        assert backend.poll(handle).state == "lost"
+    finally:
+        backend.release(handle)
 
 
 def test_a_backend_module_loads_only_when_its_kind_is_used():

@@ -166,10 +166,12 @@ def launch(job_id: int) -> None:
     try:
         handle = backend_for(attempt.provider).launch(request, bootstrap)
     except PermanentBackendError as exc:
+        reason = exc.reason
         with transaction.atomic():
             locked = Job.objects.select_for_update().get(pk=job_id)
             if locked.state in DISPATCHABLE:
-                _fail(locked, "launch_failed", str(exc))
+                services.system_log(job=locked, attempt=attempt.number, message=str(exc))
+                _fail(locked, reason, str(exc))
         return
     with transaction.atomic():
         updated = Attempt.objects.filter(pk=attempt.pk, launched_at__isnull=True).update(

@@ -17,6 +17,10 @@ spot or on-demand offers, and may be displaced by a standard job (apps.jobs.exec
 Capacity freed by a displaced attempt is held for the job that displaced it while that job
 waits in `requested`: without the hold, the displaced job (or any other) could take the
 slot back first.
+
+Tenancy: a single-tenant provider (the local host runtime, where workloads could see each
+other) takes one organization's work at a time; another organization's job waits for it
+or goes elsewhere.
 """
 
 from __future__ import annotations
@@ -30,7 +34,10 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.catalog.models import Offer
+from apps.jobs.models import Attempt
 from apps.jobs.states import JobState
+from apps.providers.backends import single_tenant
+from apps.providers.models import Provider
 
 STANDARD_MARKETS = (Offer.Market.ON_DEMAND,)
 PREEMPTIBLE_MARKETS = (Offer.Market.SPOT, Offer.Market.ON_DEMAND)
@@ -137,6 +144,20 @@ def held_for_others(offer: Offer, job) -> int:
     )
 
 
+def _held_by_another_tenant(offer: Offer, job) -> bool:
+    """On a single-tenant provider (workloads there can see each other), while another
+    organization's attempt is live on any of its offers. Read under the offer's lock."""
+    if not single_tenant(offer.provider):
+        return False
+    # Serialises placements on the provider's offers, not only on this one.
+    Provider.objects.select_for_update().filter(pk=offer.provider_id).first()
+    return (
+        Attempt.objects.filter(provider=offer.provider, ended_at__isnull=True)
+        .exclude(job__organization_id=job.organization_id)
+        .exists()
+    )
+
+
 def lock_offer_with_capacity(job) -> Offer | None:
     """The cheapest offer that still has room for `job` once locked, or None. Call inside a
     transaction; the lock holds until it ends, so create the Attempt in the same one."""
@@ -152,7 +173,7 @@ def lock_offer_with_capacity(job) -> Offer | None:
             .filter(pk=candidate.pk, enabled=True, provider__enabled=True)
             .first()
         )
-        if offer is None:
+        if offer is None or _held_by_another_tenant(offer, job):
             continue
         used = (
             offer.attempts.filter(ended_at__isnull=True).aggregate(used=Sum("gpu_count"))["used"]

@@ -34,4 +34,16 @@ def backend_for(provider: Provider) -> Backend:
     return backend_class(provider.kind)(provider.config or {})
 
 
-__all__ = ["REGISTRY", "Backend", "BackendError", "PermanentBackendError", "backend_for"]
+def single_tenant(provider: Provider) -> bool:
+    """Whether `provider` may run only one organization's work at a time."""
+    return backend_class(provider.kind).single_tenant(provider.config or {})
+
+
+__all__ = [
+    "REGISTRY",
+    "Backend",
+    "BackendError",
+    "PermanentBackendError",
+    "backend_for",
+    "single_tenant",
+]

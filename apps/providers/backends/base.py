@@ -33,7 +33,10 @@ class RetryableBackendError(BackendError, Retryable):
 
 
 class PermanentBackendError(BackendError):
-    """The call cannot succeed as asked; retrying will not help."""
+    """The call cannot succeed as asked; retrying will not help. `reason` becomes the
+    job's reason when a launch fails so."""
+
+    reason = "launch_failed"
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,12 @@ class Backend(ABC):
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = config
+
+    @classmethod
+    def single_tenant(cls, config: dict[str, Any]) -> bool:
+        """True when workloads of different organizations placed here at once could see
+        each other; placement then runs one organization's work at a time."""
+        return False
 
     @abstractmethod
     def launch(self, request: LaunchRequest, bootstrap: Bootstrap) -> Handle: ...

@@ -1,8 +1,20 @@
-"""The local provider: runs the runner as a detached process group on this host.
+"""The local provider: runs each attempt on this host, in one of three runtimes.
 
-Each attempt gets a work directory `<LOCAL_WORK_DIR>/<job id>/attempt-<n>`; the runner is
-started there in a new session, so it outlives web and worker restarts. Capacity is the
-Offer's slot count (placement counts live attempts in the database).
+- `podman` or `docker`: the attempt runs in the job's image, one container per attempt
+  (`apps.providers.backends.containers`): its own processes, filesystem and environment;
+  the runner is mounted read-only and is the container's entrypoint. Multi-tenant.
+- `host`: the runner is a detached process group on this host, in a new session, so it
+  outlives web and worker restarts; the job's image is not used. When the control plane runs
+  as root, the runner and workload run as an unprivileged user (`run_as`, default nobody).
+  Workloads on one host can still see each other's processes, so the provider is
+  single-tenant: placement puts one organization's work on it at a time, unless an operator
+  opts in with config `"multi_tenant": true`. An ended attempt's work directory is locked
+  away (root-owned, mode 0700) from the next one.
+
+The runtime is the provider's config `"runtime"`, else the LOCAL_RUNTIME setting (`auto`:
+podman, else docker, when one answers, else host). Each attempt gets a work directory
+`<LOCAL_WORK_DIR>/<job id>/attempt-<n>`. Capacity is the Offer's slot count (placement
+counts live attempts in the database).
 
 - `launch` holds a file lock on the work directory and starts nothing if a runner for the
   attempt already ran or runs there (its `handle.json` names it): a redelivered task or a
@@ -10,19 +22,25 @@ Offer's slot count (placement counts live attempts in the database).
 - `terminate` starts a small detached reaper (SIGTERM to the group, SIGKILL after the grace
   period) and returns at once, so no Celery task waits out a grace period.
 - The runner's environment is built from scratch: the control plane's own variables
-  (DATABASE_URL, SECRET_KEY, ...) never reach a workload.
+  (DATABASE_URL, SECRET_KEY, ...) never reach a workload, in any runtime.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
+import pwd
+import shlex
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -36,6 +54,16 @@ from apps.providers.backends.base import (
     PermanentBackendError,
     PollResult,
 )
+from apps.providers.backends.containers import (
+    WORKDIR_MOUNT,
+    ContainerRuntime,
+    RunSpec,
+    container_name,
+)
+from runner import protocol
+
+RUNTIMES = ("host", "podman", "docker")
+logger = logging.getLogger(__name__)
 
 PASSED_THROUGH_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER")
 
@@ -70,8 +98,47 @@ if members():
 """
 
 
+@cache
+def _detected_runtime() -> str:
+    for binary in ("podman", "docker"):
+        if container_runtime(binary).works():
+            return binary
+    return "host"
+
+
+def container_runtime(binary: str) -> ContainerRuntime:
+    return ContainerRuntime(
+        binary,
+        global_args=tuple(shlex.split(settings.CONTAINER_GLOBAL_ARGS)),
+        run_args=tuple(shlex.split(settings.CONTAINER_RUN_ARGS)),
+    )
+
+
+def runtime_of(config: dict[str, Any]) -> str:
+    """The runtime a local provider with this config uses."""
+    runtime = config.get("runtime") or settings.LOCAL_RUNTIME
+    if runtime == "auto":
+        return _detected_runtime()
+    if runtime not in RUNTIMES:
+        raise PermanentBackendError(f"Unknown runtime {runtime!r}: one of {', '.join(RUNTIMES)}")
+    return runtime
+
+
 class LocalBackend(Backend):
     kind = "local"
+
+    @classmethod
+    def single_tenant(cls, config: dict[str, Any]) -> bool:
+        """True when one organization's workloads could see another's here."""
+        return runtime_of(config) == "host" and not config.get("multi_tenant", False)
+
+    @property
+    def runtime(self) -> str:
+        return runtime_of(self.config)
+
+    @property
+    def containers(self) -> ContainerRuntime:
+        return container_runtime(self.runtime)
 
     @property
     def work_root(self) -> Path:
@@ -87,9 +154,40 @@ class LocalBackend(Backend):
             existing = _read_handle(workdir)
             if existing is not None:
                 return existing
-            handle = self._start_runner(workdir, bootstrap)
+            if self.runtime == "host":
+                handle = self._start_runner(workdir, bootstrap)
+            else:
+                handle = self._start_container(workdir, request, bootstrap)
             _write_json(workdir / "handle.json", handle)
             return handle
+
+    def _start_container(
+        self, workdir: Path, request: LaunchRequest, bootstrap: Bootstrap
+    ) -> Handle:
+        """One container per attempt: one that a crashed launch left behind is adopted,
+        never doubled (its name is the attempt's)."""
+        containers = self.containers
+        name = container_name(request.job_id, request.attempt)
+        if containers.state(name).status == "missing":
+            containers.ensure_image(request.image, pull_timeout_s=settings.IMAGE_PULL_TIMEOUT_S)
+            spec = RunSpec(
+                name=name,
+                image=request.image,
+                workdir=str(workdir),
+                runner_dir=str(Path(protocol.__file__).resolve().parent),
+                env={
+                    "PYTHONPATH": "/opt/trainyard",
+                    "PYTHONUNBUFFERED": "1",
+                    protocol.ENV_CONTROL_URL: bootstrap.control_url,
+                    protocol.ENV_JOB_ID: bootstrap.job_id,
+                    protocol.ENV_RUNNER_TOKEN: bootstrap.token,
+                    protocol.ENV_WORKDIR: WORKDIR_MOUNT,
+                },
+                gpu_count=request.gpu_count if request.accelerator != "cpu" else 0,
+                labels={"trainyard.job": request.job_id, "trainyard.attempt": str(request.attempt)},
+            )
+            containers.run(spec, host_env=_cli_env())
+        return {"runtime": self.runtime, "container": name, "workdir": str(workdir)}
 
     def _start_runner(self, workdir: Path, bootstrap: Bootstrap) -> Handle:
         python = self.config.get("python") or sys.executable
@@ -108,6 +206,12 @@ class LocalBackend(Backend):
                 "TRAINYARD_WORKDIR": str(workdir),
             }
         )
+        user = self._run_as(python)
+        identity: dict[str, Any] = {}
+        if user is not None:
+            _chown_tree(workdir, user.pw_uid, user.pw_gid)
+            env.update({"HOME": str(workdir), "USER": user.pw_name})
+            identity = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
         try:
             with open(workdir / "runner.log", "ab") as log:
                 process = subprocess.Popen(
@@ -119,6 +223,7 @@ class LocalBackend(Backend):
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
                     close_fds=True,
+                    **identity,
                 )
         except OSError as exc:
             raise PermanentBackendError(f"could not start the runner: {exc}") from exc
@@ -130,17 +235,57 @@ class LocalBackend(Backend):
             "workdir": str(workdir),
         }
 
+    def _run_as(self, python: str) -> pwd.struct_passwd | None:
+        """The unprivileged user a host-runtime runner runs as when we are root: `run_as`
+        (default nobody), provided it can run `python` at all. Where it cannot (an
+        interpreter under /root, say), the runner stays root and a warning says why."""
+        name = self.config.get("run_as", "nobody")
+        if os.geteuid() != 0 or not name:
+            return None
+        try:
+            user = pwd.getpwnam(name)
+        except KeyError as exc:
+            raise PermanentBackendError(f"run_as user {name!r} does not exist") from exc
+        if not _world_executable(Path(python)):
+            logger.warning(
+                "local provider: %s cannot run %s, so runners run as root; set the "
+                "provider's config python to an interpreter every user can run",
+                name,
+                python,
+            )
+            return None
+        return user
+
     def poll(self, handle: Handle) -> PollResult:
+        if "container" in handle:
+            return self._poll_container(handle)
         if procfs.alive(handle["pid"], handle.get("start_ticks")):
             return PollResult("running")
-        exit_record = Path(handle["workdir"]) / "exit.json"
-        try:
-            exit_code = int(json.loads(exit_record.read_text())["exit_code"])
-        except (OSError, ValueError, KeyError):
+        exit_code = _recorded_exit(Path(handle["workdir"]))
+        if exit_code is None:
             return PollResult("lost", detail="the runner is gone and left no exit record")
         return PollResult("exited", exit_code=exit_code)
 
+    def _poll_container(self, handle: Handle) -> PollResult:
+        state = self.containers.state(handle["container"])
+        if state.running:
+            return PollResult("running")
+        if state.status == "missing":
+            return PollResult("lost", detail="the attempt's container is gone")
+        workdir = Path(handle["workdir"])
+        exit_code = _recorded_exit(workdir)
+        if exit_code is not None:
+            return PollResult("exited", exit_code=exit_code)
+        if (workdir / "runner.pid").exists():
+            return PollResult("lost", detail="the runner's container ended with no exit record")
+        # The runner never ran (an image without python3, say): the container's own code.
+        code = state.exit_code if state.exit_code is not None else -1
+        return PollResult("exited", exit_code=code)
+
     def terminate(self, handle: Handle, grace_s: float) -> None:
+        if "container" in handle:
+            self.containers.stop_detached(handle["container"], grace_s)
+            return
         if not procfs.group_members(handle["pgid"]):
             return
         subprocess.Popen(
@@ -153,11 +298,18 @@ class LocalBackend(Backend):
         )
 
     def release(self, handle: Handle) -> None:
-        """Nothing outlives an attempt: SIGKILL whatever is left of its process group. The
-        work directory stays for inspection; the logs are already in the database."""
-        if procfs.group_members(handle["pgid"]):
+        """Nothing outlives an attempt: its container is removed, or whatever is left of its
+        process group is SIGKILLed. The work directory stays for inspection (the logs are
+        already in the database), locked away from later attempts' users."""
+        if "container" in handle:
+            self.containers.remove(handle["container"])
+        elif procfs.group_members(handle["pgid"]):
             with suppress(ProcessLookupError):
                 os.killpg(handle["pgid"], 9)
+        workdir = Path(handle["workdir"])
+        if os.geteuid() == 0 and workdir.is_dir():
+            os.chown(workdir, 0, 0)
+            workdir.chmod(0o700)
 
     def offers(self) -> list[OfferInfo]:
         return [OfferInfo(accelerator="cpu", gpu_counts=[1], capacity=os.cpu_count() or 1)]
@@ -171,6 +323,41 @@ def _locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _recorded_exit(workdir: Path) -> int | None:
+    """The exit code the runner wrote to `exit.json`, or None."""
+    try:
+        return int(json.loads((workdir / "exit.json").read_text())["exit_code"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _cli_env() -> dict[str, str]:
+    """The container CLI's own environment: enough to run it, nothing of the control
+    plane's secrets (the container gets only the names `run` passes)."""
+    return {
+        name: os.environ[name] for name in ("PATH", "HOME", "XDG_RUNTIME_DIR") if name in os.environ
+    }
+
+
+def _world_executable(path: Path) -> bool:
+    """Whether any user may run `path`: every directory on the way is searchable by others
+    and the file executable by others (what an unprivileged user needs, without it being
+    asked of the kernel as that user)."""
+    target = path.resolve()
+    try:
+        if not target.stat().st_mode & stat.S_IXOTH:
+            return False
+        return all(parent.stat().st_mode & stat.S_IXOTH for parent in target.parents)
+    except OSError:
+        return False
+
+
+def _chown_tree(root: Path, uid: int, gid: int) -> None:
+    for path in (root, *root.rglob("*")):
+        with suppress(FileNotFoundError):
+            os.chown(path, uid, gid, follow_symlinks=False)
 
 
 def _read_handle(workdir: Path) -> Handle | None:

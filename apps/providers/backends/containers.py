@@ -1,0 +1,205 @@
+"""A container runtime (podman or docker) driven through its command line, for backends
+that run each attempt in the job's image.
+
+One container per attempt, named after it (`container_name`), so a repeated launch finds
+the container it started before instead of starting another. The runner is bind-mounted
+read-only and runs as the container's entrypoint (`python3 -m runner`); the attempt's work
+directory is the only host directory the container sees. The container's environment is
+only what `run` is given: podman and docker start it from the image's own, never from ours.
+Values are passed by name (`--env NAME`, the value read from the CLI's own environment), so
+the runner token never appears in an argv that `ps` shows.
+
+Nothing here touches the database. Errors: `ImageUnavailable` (the image is neither in the
+local store nor pullable: permanent), `ContainerError` (the CLI failed otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from apps.providers.backends.base import PermanentBackendError, RetryableBackendError
+
+RUNNER_MOUNT = "/opt/trainyard"  # the runner package is mounted at RUNNER_MOUNT/runner
+WORKDIR_MOUNT = "/work"
+CLI_TIMEOUT_S = 60.0
+NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
+
+
+class ContainerError(RetryableBackendError):
+    """The runtime's command line failed; the same call may work later."""
+
+
+class ImageUnavailable(PermanentBackendError):
+    """The job's image is not in the local store and could not be pulled."""
+
+    reason = "image_pull_failed"
+
+    def __init__(self, image: str, detail: str) -> None:
+        super().__init__(f"The image {image!r} could not be pulled: {detail}")
+        self.image = image
+
+
+def container_name(job_id: str, attempt: int) -> str:
+    return NAME_UNSAFE.sub("-", f"trainyard-{job_id}-attempt-{attempt}")
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    status: str  # created, running, exited, ... as the runtime says; "missing" when gone
+    exit_code: int | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.status in {"created", "running", "paused", "restarting", "configured"}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one attempt's container is made of."""
+
+    name: str
+    image: str
+    workdir: str  # on the host; mounted at WORKDIR_MOUNT
+    runner_dir: str  # the host's `runner` package; mounted read-only
+    env: dict[str, str]  # passed by name: the values never enter argv
+    gpu_count: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ContainerRuntime:
+    """`binary` is "podman" or "docker". `global_args` go before the subcommand (podman's
+    `--runtime runc --cgroup-manager=cgroupfs`), `run_args` after `run` (`--ulimit ...`):
+    what a host needs that the runtime's defaults lack."""
+
+    binary: str
+    global_args: tuple[str, ...] = ()
+    run_args: tuple[str, ...] = ()
+
+    @property
+    def installed(self) -> bool:
+        return shutil.which(self.binary) is not None
+
+    def cli(self, *args: str, env: dict[str, str] | None = None, timeout: float = CLI_TIMEOUT_S):
+        try:
+            return subprocess.run(
+                [self.binary, *self.global_args, *args],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+            )
+        except FileNotFoundError as exc:
+            raise PermanentBackendError(f"{self.binary} is not installed on this host") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise ContainerError(f"{self.binary} {args[0]} took over {timeout:.0f}s") from exc
+
+    def run_argv(self, spec: RunSpec) -> list[str]:
+        """The argv of `run` for `spec` (tests read it; GPUs appear here)."""
+        argv = [
+            self.binary,
+            *self.global_args,
+            "run",
+            "--detach",
+            "--name",
+            spec.name,
+            "--network=host",  # the runner reaches the control plane as the host does
+            "--workdir",
+            WORKDIR_MOUNT,
+            "--volume",
+            f"{spec.workdir}:{WORKDIR_MOUNT}:rw",
+            "--volume",
+            f"{spec.runner_dir}:{RUNNER_MOUNT}/runner:ro",
+            "--entrypoint",
+            "python3",
+            *self.run_args,
+        ]
+        for key, value in sorted(spec.labels.items()):
+            argv += ["--label", f"{key}={value}"]
+        for name in sorted(spec.env):
+            argv += ["--env", name]
+        argv += self.gpu_args(spec.gpu_count)
+        argv += [spec.image, "-m", "runner"]
+        return argv
+
+    def gpu_args(self, gpu_count: int) -> list[str]:
+        """All of the host's NVIDIA GPUs for a GPU attempt: CDI for podman (the NVIDIA
+        Container Toolkit's `nvidia-ctk cdi generate` makes the spec), `--gpus` for docker."""
+        if gpu_count <= 0:
+            return []
+        if self.binary == "docker":
+            return ["--gpus", "all"]
+        return ["--device", "nvidia.com/gpu=all"]
+
+    def ensure_image(self, image: str, *, pull_timeout_s: float) -> None:
+        """The image is in the local store, or pulled now; ImageUnavailable if neither."""
+        if self.cli("image", "inspect", image).returncode == 0:
+            return
+        try:
+            pulled = self.cli("pull", "--quiet", image, timeout=pull_timeout_s)
+        except ContainerError as exc:
+            raise ImageUnavailable(image, str(exc)) from exc
+        if pulled.returncode != 0:
+            raise ImageUnavailable(image, _last_line(pulled.stderr) or "the pull failed")
+
+    def run(self, spec: RunSpec, *, host_env: dict[str, str]) -> None:
+        """Start the container (detached). Raises ContainerError when it exists already
+        (`exists` tells) or the runtime refuses."""
+        result = subprocess.run(
+            self.run_argv(spec),
+            capture_output=True,
+            text=True,
+            env={**host_env, **spec.env},
+            timeout=CLI_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+        )
+        if result.returncode != 0:
+            raise ContainerError(_last_line(result.stderr) or f"{self.binary} run failed")
+
+    def state(self, name: str) -> ContainerState:
+        result = self.cli("container", "inspect", "--format", "{{json .State}}", name)
+        if result.returncode != 0:
+            return ContainerState("missing")
+        try:
+            state = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise ContainerError(f"unreadable state of {name}: {result.stdout!r}") from exc
+        status = str(state.get("Status", "")).lower()
+        running = status in {"created", "running", "paused", "restarting", "configured"}
+        exit_code = None if running else state.get("ExitCode")
+        return ContainerState(status, exit_code if isinstance(exit_code, int) else None)
+
+    def stop_detached(self, name: str, grace_s: float) -> None:
+        """SIGTERM now, SIGKILL after `grace_s`, without waiting (no task waits a grace)."""
+        subprocess.Popen(
+            [self.binary, *self.global_args, "stop", "--time", str(max(0, round(grace_s))), name],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def kill(self, name: str) -> None:
+        self.cli("kill", "--signal", "KILL", name)
+
+    def remove(self, name: str) -> None:
+        """Remove the container, running or not; nothing if it is gone."""
+        self.cli("rm", "--force", name)
+
+    def works(self) -> bool:
+        """Whether the runtime answers at all (`info`)."""
+        try:
+            return self.installed and self.cli("info", timeout=20).returncode == 0
+        except (ContainerError, PermanentBackendError):
+            return False
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else ""
