@@ -24,9 +24,17 @@ class ComputeApi:
         self.session.headers["Authorization"] = f"Bearer {key}"
 
     def submit(
-        self, *, command=None, script_b64=None, env=None, secret_env=None, limits=None, name="it"
+        self,
+        *,
+        command=None,
+        script_b64=None,
+        env=None,
+        secret_env=None,
+        limits=None,
+        name="it",
+        image="local",
     ) -> dict:
-        container = {"image": "local", "env": env or {}, "secret_env": secret_env or {}}
+        container = {"image": image, "env": env or {}, "secret_env": secret_env or {}}
         if command is not None:
             container["command"] = command
         if script_b64 is not None:

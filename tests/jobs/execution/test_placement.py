@@ -8,8 +8,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from apps.jobs.execution import placement
+from apps.jobs.execution import attempts, dispatch, placement
+from apps.jobs.models import Attempt, Job
+from apps.jobs.states import JobState
 from apps.providers.models import Provider
+from tests.jobs.helpers import make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -125,3 +128,40 @@ def test_an_unobtainable_quote_has_no_prices(cpu_offer, hold):
         None,
         None,
     )
+
+
+# -- tenancy: the local host runtime is single-tenant ----------------------------------------
+
+
+def _local(config: dict) -> None:
+    Provider.objects.filter(name="local").update(config=config)
+
+
+def test_a_single_tenant_host_takes_a_second_organization_only_once_the_first_is_done(
+    org, other_org
+):
+    _local({"runtime": "host"})
+    first = make_job(org)
+    assert dispatch.allocate(first.pk) is not None
+
+    second = make_job(other_org)
+    assert dispatch.allocate(second.pk) is None  # a free slot, but another tenant's work on it
+    assert Job.objects.get(pk=second.pk).state == JobState.REQUESTED
+    same_org = make_job(org)
+    assert dispatch.allocate(same_org.pk) is not None  # its own organization may share it
+
+    for job in (first, same_org):
+        attempts.end_attempt(Attempt.objects.get(job=job), reason="exit_code_0", exit_code=0)
+    assert dispatch.allocate(second.pk) is not None
+
+
+def test_an_operator_may_open_a_host_to_several_organizations(org, other_org):
+    _local({"runtime": "host", "multi_tenant": True})
+    assert dispatch.allocate(make_job(org).pk) is not None
+    assert dispatch.allocate(make_job(other_org).pk) is not None
+
+
+def test_a_container_runtime_takes_several_organizations_at_once(org, other_org):
+    _local({"runtime": "podman"})
+    assert dispatch.allocate(make_job(org).pk) is not None
+    assert dispatch.allocate(make_job(other_org).pk) is not None

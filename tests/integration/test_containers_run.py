@@ -1,0 +1,142 @@
+"""Container jobs through the whole system (web, worker, beat, runner) on podman: the job's
+image is what runs, and two organizations' workloads cannot see each other or the control
+plane."""
+
+from __future__ import annotations
+
+import base64
+import signal
+
+import pytest
+
+from apps.accounts import services as account_services
+from apps.jobs.models import Attempt, LogLine
+from apps.providers.models import Provider
+from apps.secrets import services as secret_services
+from tests.containers import MARKER, MARKER_PATH, containers_of_job
+from tests.factories import OrganizationFactory
+from tests.integration.conftest import TERMINAL, ComputeApi
+
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+
+@pytest.fixture
+def podman(live_stack, podman_image) -> str:
+    """The local provider on podman for this test (the worker reads it per launch)."""
+    Provider.objects.filter(name="local").update(config={"runtime": "podman"})
+    yield podman_image
+    Provider.objects.filter(name="local").update(config={})
+
+
+def _user_lines(job_id: str) -> list[str]:
+    return list(
+        LogLine.objects.filter(job__public_id=job_id, source="user")
+        .order_by("attempt", "seq", "id")
+        .values_list("message", flat=True)
+    )
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def test_a_container_job_runs_in_its_image_with_its_exit_code_and_masked_secret(
+    api, compute_org, podman
+):
+    secret = secret_services.secret_create(
+        organization=compute_org, name="hub", data={"HF_TOKEN": "s3cr3t-in-container"}
+    )
+    job = api.submit(
+        image=podman,
+        command=["bash", "-c", f"cat {MARKER_PATH}; echo token=$HF_TOKEN; exit 3"],
+        secret_env={"HF_TOKEN": {"secret_id": secret.public_id, "key": "HF_TOKEN"}},
+    )
+    done = api.wait_state(job["id"], TERMINAL, timeout=90)
+    assert (done["state"], done["reason"], done["exit_code"]) == ("failed", "exit_code_3", 3)
+    assert _user_lines(job["id"]) == [MARKER, "token=***"]
+    assert containers_of_job(job["id"]) == []  # released: nothing outlives the attempt
+
+
+# Run inside each workload: look in every process it can see for the control plane's secrets
+# and for any other job's runner, and on its filesystem for the host's work directories.
+SNOOP = r"""
+import os, re, sys, time
+own = os.environ["TRAINYARD_JOB_ID"]
+# Spelled in pieces: this script's own command line must not match.
+needles = [("SECRET" + suffix + "=").encode() for suffix in ("_KEY", "S_KEYS")]
+needles.append(("DATABASE" + "_URL=").encode())
+found, seen = set(), set()
+deadline = time.time() + 10
+while time.time() < deadline:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        seen.add(pid)
+        if int(pid) == os.getpid():
+            continue
+        for part in ("environ", "cmdline"):
+            try:
+                data = open(f"/proc/{pid}/{part}", "rb").read()
+            except OSError:
+                continue
+            found.update(n.decode() for n in needles if n in data)
+            for job in re.findall(rb"job_[A-Za-z0-9]+", data):
+                if job.decode() != own:
+                    found.add("another job: " + job.decode())
+    if os.path.exists(os.environ["HOST_WORK_ROOT"]):
+        found.add("the host's work directories")
+    time.sleep(0.5)
+print(f"processes seen: {len(seen)}")
+print("found: " + (", ".join(sorted(found)) or "nothing"))
+sys.exit(1 if found else 0)
+"""
+
+
+def test_two_organizations_jobs_at_once_see_neither_each_other_nor_the_control_plane(
+    live_stack, podman
+):
+    jobs = []
+    for _ in range(2):
+        org = OrganizationFactory(compute_enabled=True)
+        _, key = account_services.api_key_create(organization=org, name="it")
+        api = ComputeApi(live_stack.url, key)
+        env = {"HOST_WORK_ROOT": str(live_stack.workdir / "work")}
+        jobs.append((api, api.submit(image=podman, command=["python3", "-c", SNOOP], env=env)))
+    results = [api.wait_state(job["id"], TERMINAL, timeout=120) for api, job in jobs]
+
+    for (_, job), done in zip(jobs, results, strict=True):
+        lines = _user_lines(job["id"])
+        assert "found: nothing" in lines, lines
+        assert done["state"] == "succeeded"
+    a, b = (Attempt.objects.get(job__public_id=job["id"]) for _, job in jobs)
+    assert a.started_at < b.ended_at and b.started_at < a.ended_at  # they ran at once
+
+
+def test_a_missing_image_fails_the_job_image_pull_failed_naming_it(api, podman):
+    image = "localhost/trainyard-no-such-image:1"
+    job = api.submit(image=image, command=["true"])
+    done = api.wait_state(job["id"], TERMINAL, timeout=60)
+    assert (done["state"], done["reason"]) == ("failed", "image_pull_failed")
+    system = list(
+        LogLine.objects.filter(job__public_id=job["id"], source="system").values_list(
+            "message", flat=True
+        )
+    )
+    assert any(image in line for line in system), system
+
+
+def test_a_worker_killed_mid_launch_leaves_one_container_for_the_attempt(api, stack, podman):
+    stack.procs["worker"].stop()
+    stack.start_worker(TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S="30")
+    try:
+        job = api.submit(image=podman, command=["bash", "-c", "sleep 3; echo once"])
+        api.wait_state(
+            job["id"], {"allocating", "provisioning", "running", "succeeded"}, timeout=60
+        )
+    finally:
+        stack.procs["worker"].stop(signal.SIGKILL)
+        stack.start_worker()
+    api.wait_state(job["id"], "running", timeout=60)
+    assert len(containers_of_job(job["id"])) == 1
+    done = api.wait_state(job["id"], TERMINAL, timeout=90)
+    assert done["state"] == "succeeded"
+    assert _user_lines(job["id"]) == ["once"]
+    assert len(done["attempts"]) == 1

@@ -1,0 +1,156 @@
+"""The local provider's runtimes: which one runs, the container's argv, one container per
+attempt, and the host runtime's tenancy and user."""
+
+from __future__ import annotations
+
+import os
+import pwd
+
+import pytest
+
+from apps.jobs.execution.dispatch import allocate
+from apps.jobs.execution.tokens import token_for
+from apps.providers.backends import backend_for, single_tenant
+from apps.providers.backends import local as local_backend
+from apps.providers.backends.base import Bootstrap, LaunchRequest, PermanentBackendError
+from apps.providers.backends.containers import ContainerRuntime, RunSpec
+from apps.providers.models import Provider
+from tests.containers import containers_of_job
+from tests.factories import OrganizationFactory
+from tests.jobs.helpers import make_job
+from tests.live import wait_until
+
+
+def _spec(**overrides) -> RunSpec:
+    values = {
+        "name": "trainyard-job_x-attempt-1",
+        "image": "registry.example/team/train:1",
+        "workdir": "/var/work/job_x/attempt-1",
+        "runner_dir": "/app/runner",
+        "env": {"TRAINYARD_RUNNER_TOKEN": "ty-secret-token", "PYTHONPATH": "/opt/trainyard"},
+        "gpu_count": 0,
+    }
+    return RunSpec(**{**values, **overrides})
+
+
+def test_the_container_argv_mounts_the_runner_read_only_and_keeps_values_out_of_argv():
+    argv = ContainerRuntime("podman", ("--runtime", "runc"), ("--ulimit", "nofile=1024:4096"))
+    argv = argv.run_argv(_spec())
+
+    assert argv[:4] == ["podman", "--runtime", "runc", "run"]
+    assert "/var/work/job_x/attempt-1:/work:rw" in argv
+    assert "/app/runner:/opt/trainyard/runner:ro" in argv
+    assert argv[argv.index("--name") + 1] == "trainyard-job_x-attempt-1"
+    assert argv[-3:] == ["registry.example/team/train:1", "-m", "runner"]
+    assert argv[argv.index("--entrypoint") + 1] == "python3"
+    assert "--ulimit" in argv and "nofile=1024:4096" in argv
+    assert "TRAINYARD_RUNNER_TOKEN" in argv and "ty-secret-token" not in " ".join(argv)
+    assert not any("nvidia" in part or part == "--gpus" for part in argv)
+
+
+@pytest.mark.parametrize(
+    ("binary", "expected"),
+    [("podman", ["--device", "nvidia.com/gpu=all"]), ("docker", ["--gpus", "all"])],
+)
+def test_a_gpu_attempt_gets_the_hosts_gpus(binary, expected):
+    argv = ContainerRuntime(binary).run_argv(_spec(gpu_count=2))
+
+    start = argv.index(expected[0])
+    assert argv[start : start + 2] == expected
+    assert argv.index(expected[0]) < argv.index("registry.example/team/train:1")
+
+
+def test_auto_picks_a_working_container_runtime_else_host(settings, monkeypatch, tmp_path):
+    settings.LOCAL_RUNTIME = "auto"
+    local_backend._detected_runtime.cache_clear()
+    podman_works = ContainerRuntime("podman").works()
+    assert local_backend.runtime_of({}) == ("podman" if podman_works else "host")
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # neither podman nor docker on the PATH
+    local_backend._detected_runtime.cache_clear()
+    assert local_backend.runtime_of({}) == "host"
+    assert local_backend.runtime_of({"runtime": "podman"}) == "podman"
+    local_backend._detected_runtime.cache_clear()
+
+
+def test_an_unknown_runtime_is_a_permanent_error():
+    with pytest.raises(PermanentBackendError, match="Unknown runtime 'lxc'"):
+        local_backend.runtime_of({"runtime": "lxc"})
+
+
+def test_only_the_host_runtime_is_single_tenant_and_an_operator_may_opt_out():
+    def provider(config):
+        return Provider(name="p", kind="local", config=config)
+
+    assert single_tenant(provider({"runtime": "host"}))
+    assert not single_tenant(provider({"runtime": "host", "multi_tenant": True}))
+    assert not single_tenant(provider({"runtime": "podman"}))
+
+
+def _launch_args(org, image: str, live_server, command: list[str]):
+    job = make_job(org, container={"image": image, "command": command})
+    attempt = allocate(job.pk)
+    request = LaunchRequest(
+        job_id=job.public_id,
+        attempt=1,
+        accelerator="cpu",
+        gpu_count=1,
+        ephemeral_disk_gb=1,
+        image=image,
+    )
+    bootstrap = Bootstrap(live_server.url, job.public_id, 1, token_for(attempt.token_nonce))
+    return backend_for(attempt.provider), request, bootstrap, attempt
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_launch_cut_off_before_its_handle_was_saved_adopts_the_container(
+    settings, tmp_path, live_server, podman_image
+):
+    settings.LOCAL_WORK_DIR = tmp_path / "work"
+    Provider.objects.filter(name="local").update(config={"runtime": "podman"})
+    org = OrganizationFactory(compute_enabled=True)
+    backend, request, bootstrap, _ = _launch_args(org, podman_image, live_server, ["sleep", "20"])
+    handle = backend.launch(request, bootstrap)
+    try:
+        # What a worker killed between `podman run` and saving the handle leaves behind.
+        (tmp_path / "work" / request.job_id / "attempt-1" / "handle.json").unlink()
+
+        assert backend.launch(request, bootstrap) == handle
+        assert containers_of_job(request.job_id) == [handle["container"]]
+    finally:
+        backend.release(handle)
+    assert containers_of_job(request.job_id) == []
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_host_runner_runs_as_nobody_and_cannot_read_the_control_planes_environment(
+    settings, tmp_path, live_server
+):
+    settings.LOCAL_WORK_DIR = tmp_path / "work"
+    tmp_path.chmod(0o755)  # the work root must be reachable by the unprivileged user
+    for parent in tmp_path.parents:
+        if parent.stat().st_mode & 0o001 == 0 and str(parent).startswith("/tmp/pytest-of"):
+            parent.chmod(parent.stat().st_mode | 0o001)
+    Provider.objects.filter(name="local").update(
+        config={"runtime": "host", "python": "/usr/bin/python3"}
+    )
+    org = OrganizationFactory(compute_enabled=True)
+    script = (
+        "import os; print('uid', os.getuid());"
+        f"print('environ', os.access('/proc/{os.getpid()}/environ', os.R_OK))"
+    )
+    backend, request, bootstrap, attempt = _launch_args(
+        org, "local", live_server, ["/usr/bin/python3", "-c", script]
+    )
+    handle = backend.launch(request, bootstrap)
+    try:
+        wait_until(lambda: backend.poll(handle).state != "running", 30, what="the runner")
+        assert backend.poll(handle).exit_code == 0
+    finally:
+        backend.release(handle)
+    lines = list(attempt.job.log_lines.filter(source="user").values_list("message", flat=True))
+    assert lines == [f"uid {pwd.getpwnam('nobody').pw_uid}", "environ False"]
+    workdir = tmp_path / "work" / request.job_id / "attempt-1"
+    assert (workdir.stat().st_uid, workdir.stat().st_mode & 0o777) == (0, 0o700)
