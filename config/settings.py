@@ -266,6 +266,9 @@ LOCAL_WORK_DIR = Path(env_str("LOCAL_WORK_DIR", str(VAR_DIR / "work")))
 # podman or docker run the job's image; host runs the command on this host (single-tenant);
 # auto picks podman, else docker, when one answers, else host.
 LOCAL_RUNTIME = env_str("LOCAL_RUNTIME", "auto")
+# The operator's opt-in to several organizations at once on a host-runtime local provider
+# (where workloads can see each other), for providers whose config does not say.
+LOCAL_MULTI_TENANT = env_bool("LOCAL_MULTI_TENANT", False)
 # What a host's container runtime needs beyond its defaults, shell-split: arguments before
 # the subcommand (e.g. "--runtime runc --cgroup-manager=cgroupfs") and after `run` (e.g.
 # "--ulimit nofile=1024:4096 --ulimit nproc=1000:1000").

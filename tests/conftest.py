@@ -330,3 +330,11 @@ def podman_image(tmp_path_factory) -> str:
         return ensure_test_image(tmp_path_factory.mktemp("image"))
     except RuntimeError as exc:
         pytest.fail(str(exc))
+
+
+@pytest.fixture
+def shared_host(db):
+    """The seeded local provider (host runtime, single-tenant by default) opened to several
+    organizations at once, as an operator may: for tests whose jobs of two organizations
+    must be placed side by side."""
+    Provider.objects.filter(name="local").update(config={"multi_tenant": True})

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from apps.finetunes import inputs
+from apps.finetunes import inputs, payloads
 from apps.jobs.kinds import JobKind
 from apps.jobs.models import Artifact, Attempt, Job
 from runner import protocol
+
+HOST_PATH_PREFIXES = ("/", "./", "../", "~")
 
 
 class Finetune(JobKind):
@@ -18,6 +20,16 @@ class Finetune(JobKind):
         if exit_code == protocol.EXIT_GRADING_FAILED:
             return "grading_failed"
         return super().failure_reason(job, exit_code)
+
+    def host_paths(self, job: Job) -> list[str]:
+        """The model and dataset the config names as paths on the host (not hub ids, not
+        uploaded datasets)."""
+        config = payloads.config_of(job) or {}
+        return [
+            value
+            for value in (config.get("model"), config.get("dataset"))
+            if isinstance(value, str) and value.strip().startswith(HOST_PATH_PREFIXES)
+        ]
 
     def exit_is_final(self, job: Job, attempt: Attempt, exit_code: int | None) -> bool:
         """A fine-tune told to stop while already writing its final adapter finishes instead

@@ -1,7 +1,7 @@
 """Job kinds as plug-ins: what the generic core asks of a kind, found by dotted path.
 
-The core (runner API, supervision, preemption) never branches on `Job.kind`. It calls
-`hooks_for(job)` and one of three hooks; a kind that needs nothing special uses the
+The core (runner API, supervision, preemption, placement) never branches on `Job.kind`. It
+calls `hooks_for(job)` and one of its hooks; a kind that needs nothing special uses the
 defaults of `JobKind`. A kind's app (`apps.finetunes`, later `apps.serving`) sits above
 `jobs` and subclasses `JobKind`; it is named here as a string, so `jobs` imports nothing of
 it, and loaded on first use.
@@ -32,6 +32,12 @@ class JobKind:
     def failure_reason(self, job: Job, exit_code: int) -> str:
         """The job's `reason` when its workload exits with a non-zero `exit_code`."""
         return f"exit_code_{exit_code}"
+
+    def host_paths(self, job: Job) -> list[str]:
+        """Paths on the host that the workload reads (a model or dataset given as a path).
+        Such a job runs only on single-tenant providers: elsewhere another organization's
+        files could be named, and in a container they do not exist."""
+        return []
 
     def exit_is_final(self, job: Job, attempt: Attempt, exit_code: int | None) -> bool:
         """True when an attempt that was told to checkpoint and stop ended with its real

@@ -29,7 +29,7 @@ def media(settings, tmp_path):
 
 
 def _finetune(org, project, dataset: str):
-    config = {"model": "/models/tiny", "dataset": dataset, "dataset_format": "alpaca"}
+    config = {"model": "acme/tiny-model", "dataset": dataset, "dataset_format": "alpaca"}
     payload = payloads.job_payload(name="ft", project_id=project.public_id, config=config)
     job = services.job_create(organization=org, payload=payload, kind=Job.Kind.FINETUNE).job
     attempt = dispatch.allocate(job.pk)
@@ -71,7 +71,7 @@ def test_the_spec_lists_the_uploaded_dataset_and_points_the_trainer_at_it(org, p
     ]
     config = json.loads(spec["env"][payloads.CONFIG_ENV])
     assert config == {
-        "model": "/models/tiny",
+        "model": "acme/tiny-model",
         "dataset": path,
         "dataset_format": "alpaca",
     }
@@ -85,6 +85,7 @@ def test_the_spec_lists_the_uploaded_dataset_and_points_the_trainer_at_it(org, p
     assert download["Content-Length"] == str(toy.size_bytes) == str(len(body))
 
 
+@pytest.mark.usefixtures("shared_host")
 def test_a_token_fetches_only_the_dataset_its_job_names(org, other_org, project, other_project):
     toy = uploaded_dataset(project, name="Toy")
     other = uploaded_dataset(project, name="Other")

@@ -78,11 +78,17 @@ def test_an_unknown_runtime_is_a_permanent_error():
         local_backend.runtime_of({"runtime": "lxc"})
 
 
-def test_only_the_host_runtime_is_single_tenant_and_an_operator_may_opt_out():
+def test_only_the_host_runtime_is_single_tenant_and_an_operator_may_opt_out(settings):
+    settings.LOCAL_MULTI_TENANT = False
+    assert single_tenant(Provider(name="p", kind="local", config={"runtime": "host"}))
+    settings.LOCAL_MULTI_TENANT = True
+    assert not single_tenant(Provider(name="p", kind="local", config={"runtime": "host"}))
+    assert not single_tenant(Provider(name="p", kind="kubernetes", config={}))  # no backend
+
     def provider(config):
         return Provider(name="p", kind="local", config=config)
 
-    assert single_tenant(provider({"runtime": "host"}))
+    assert single_tenant(provider({"runtime": "host", "multi_tenant": False}))
     assert not single_tenant(provider({"runtime": "host", "multi_tenant": True}))
     assert not single_tenant(provider({"runtime": "podman"}))
 

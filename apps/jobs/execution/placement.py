@@ -20,7 +20,8 @@ slot back first.
 
 Tenancy: a single-tenant provider (the local host runtime, where workloads could see each
 other) takes one organization's work at a time; another organization's job waits for it
-or goes elsewhere.
+or goes elsewhere. A job that reads paths on the host (a fine-tune's model or dataset given
+as a path) is placed only on single-tenant providers.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.catalog.models import Offer
+from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt
 from apps.jobs.states import JobState
 from apps.providers.backends import single_tenant
@@ -161,6 +163,7 @@ def _held_by_another_tenant(offer: Offer, job) -> bool:
 def lock_offer_with_capacity(job) -> Offer | None:
     """The cheapest offer that still has room for `job` once locked, or None. Call inside a
     transaction; the lock holds until it ends, so create the Attempt in the same one."""
+    reads_host_paths = bool(hooks_for(job).host_paths(job))
     for candidate in offers_with_free_capacity(
         accelerator=job.accelerator,
         gpu_count=job.gpu_count,
@@ -175,6 +178,8 @@ def lock_offer_with_capacity(job) -> Offer | None:
         )
         if offer is None or _held_by_another_tenant(offer, job):
             continue
+        if reads_host_paths and not single_tenant(offer.provider):
+            continue  # a path on the host is no one else's business, and no container's
         used = (
             offer.attempts.filter(ended_at__isnull=True).aggregate(used=Sum("gpu_count"))["used"]
             or 0

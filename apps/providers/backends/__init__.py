@@ -35,8 +35,13 @@ def backend_for(provider: Provider) -> Backend:
 
 
 def single_tenant(provider: Provider) -> bool:
-    """Whether `provider` may run only one organization's work at a time."""
-    return backend_class(provider.kind).single_tenant(provider.config or {})
+    """Whether `provider` may run only one organization's work at a time. A kind with no
+    backend runs nothing (its launch fails `launch_failed`), so it needs no such rule."""
+    try:
+        backend = backend_class(provider.kind)
+    except PermanentBackendError:
+        return False
+    return backend.single_tenant(provider.config or {})
 
 
 __all__ = [

@@ -8,7 +8,8 @@
   as root, the runner and workload run as an unprivileged user (`run_as`, default nobody).
   Workloads on one host can still see each other's processes, so the provider is
   single-tenant: placement puts one organization's work on it at a time, unless an operator
-  opts in with config `"multi_tenant": true`. An ended attempt's work directory is locked
+  opts in with config `"multi_tenant": true` (or LOCAL_MULTI_TENANT for every local provider
+  without that key). An ended attempt's work directory is locked
   away (root-owned, mode 0700) from the next one.
 
 The runtime is the provider's config `"runtime"`, else the LOCAL_RUNTIME setting (`auto`:
@@ -130,7 +131,8 @@ class LocalBackend(Backend):
     @classmethod
     def single_tenant(cls, config: dict[str, Any]) -> bool:
         """True when one organization's workloads could see another's here."""
-        return runtime_of(config) == "host" and not config.get("multi_tenant", False)
+        shared = config.get("multi_tenant", settings.LOCAL_MULTI_TENANT)
+        return runtime_of(config) == "host" and not shared
 
     @property
     def runtime(self) -> str:

@@ -271,6 +271,7 @@ def test_a_bad_upload_is_400_and_stores_nothing(org, media, query, sha, error, p
     assert _stored_files(media) == []
 
 
+@pytest.mark.usefixtures("shared_host")
 def test_uploads_need_the_jobs_own_token(org, other_org, media):
     mine, theirs = _runner(org), _runner(other_org)
     assert mine.upload("kind=checkpoint&step=5", job_id=theirs.job.public_id).status_code == 404
@@ -295,6 +296,7 @@ def test_a_download_streams_the_stored_file_with_its_digest(org, media):
     assert _content(response) == BODY
 
 
+@pytest.mark.usefixtures("shared_host")
 def test_another_jobs_artifact_is_404(org, other_org, media):
     mine, theirs = _runner(org), _runner(other_org)
     their_artifact = _store(theirs.attempt)

@@ -8,6 +8,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from apps.finetunes import payloads
+from apps.jobs import services
 from apps.jobs.execution import attempts, dispatch, placement
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState
@@ -134,7 +136,9 @@ def test_an_unobtainable_quote_has_no_prices(cpu_offer, hold):
 
 
 def _local(config: dict) -> None:
-    Provider.objects.filter(name="local").update(config=config)
+    """The seeded local provider with this config, single-tenant unless it says otherwise
+    (the suite's settings open host providers to every organization)."""
+    Provider.objects.filter(name="local").update(config={"multi_tenant": False, **config})
 
 
 def test_a_single_tenant_host_takes_a_second_organization_only_once_the_first_is_done(
@@ -165,3 +169,25 @@ def test_a_container_runtime_takes_several_organizations_at_once(org, other_org)
     _local({"runtime": "podman"})
     assert dispatch.allocate(make_job(org).pk) is not None
     assert dispatch.allocate(make_job(other_org).pk) is not None
+
+
+@pytest.mark.parametrize(
+    ("model", "dataset", "placed_on_podman"),
+    [
+        ("/srv/models/llama", "tatsu-lab/alpaca", False),
+        ("Qwen/Qwen2.5-0.5B", "./data/train.jsonl", False),
+        ("Qwen/Qwen2.5-0.5B", "tatsu-lab/alpaca", True),
+    ],
+)
+def test_a_finetune_reading_host_paths_goes_only_to_a_single_tenant_provider(
+    org, project, model, dataset, placed_on_podman
+):
+    config = {"model": model, "dataset": dataset, "dataset_format": "alpaca"}
+    payload = payloads.job_payload(name="ft", project_id=project.public_id, config=config)
+    job = services.job_create(organization=org, payload=payload, kind=Job.Kind.FINETUNE).job
+
+    _local({"runtime": "podman"})
+    assert (dispatch.allocate(job.pk) is not None) is placed_on_podman
+    if not placed_on_podman:
+        _local({"runtime": "host"})
+        assert dispatch.allocate(job.pk) is not None

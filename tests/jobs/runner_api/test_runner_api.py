@@ -85,6 +85,7 @@ def test_a_missing_or_forged_token_is_401(org):
     assert response.json()["error"]["type"] == "unauthenticated"
 
 
+@pytest.mark.usefixtures("shared_host")
 def test_a_token_of_another_job_is_404(org, other_org):
     mine, theirs = _allocated(org), _allocated(other_org)
     response = mine.get("spec", job_id=theirs.job.public_id)
