@@ -11,15 +11,12 @@ import time
 
 import pytest
 
-from apps.jobs.execution.dispatch import allocate
-from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt
-from apps.providers.backends import REGISTRY, backend_for, procfs
-from apps.providers.backends.base import Bootstrap, LaunchRequest
+from apps.providers.backends import REGISTRY, procfs
 from apps.providers.models import Provider
 from tests.factories import OrganizationFactory
-from tests.jobs.helpers import make_job
 from tests.live import wait_until
+from tests.providers.helpers import launch_args
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -46,24 +43,10 @@ def variant(request, settings, tmp_path):
 def _launch(variant, live_server, command: list[str]):
     kind, image = variant
     org = OrganizationFactory(compute_enabled=True)
-    job = make_job(org, container={"image": image, "command": command})
-    attempt: Attempt = allocate(job.pk)
+    backend, request, bootstrap, attempt = launch_args(
+        org, image=image, control_url=live_server.url, command=command
+    )
     assert attempt.provider.kind == kind
-    backend = backend_for(attempt.provider)
-    request = LaunchRequest(
-        job_id=job.public_id,
-        attempt=1,
-        accelerator="cpu",
-        gpu_count=1,
-        ephemeral_disk_gb=1,
-        image=image,
-    )
-    bootstrap = Bootstrap(
-        control_url=live_server.url,
-        job_id=job.public_id,
-        attempt=1,
-        token=token_for(attempt.token_nonce),
-    )
     return backend, request, bootstrap
 
 

@@ -8,17 +8,15 @@ import pwd
 
 import pytest
 
-from apps.jobs.execution.dispatch import allocate
-from apps.jobs.execution.tokens import token_for
-from apps.providers.backends import backend_for, single_tenant
 from apps.providers.backends import local as local_backend
-from apps.providers.backends.base import Bootstrap, LaunchRequest, PermanentBackendError
+from apps.providers.backends import single_tenant
+from apps.providers.backends.base import PermanentBackendError
 from apps.providers.backends.containers import ContainerRuntime, RunSpec
 from apps.providers.models import Provider
 from tests.containers import containers_of_job
 from tests.factories import OrganizationFactory
-from tests.jobs.helpers import make_job
 from tests.live import wait_until
+from tests.providers.helpers import launch_args
 
 
 def _spec(**overrides) -> RunSpec:
@@ -93,21 +91,6 @@ def test_only_the_host_runtime_is_single_tenant_and_an_operator_may_opt_out(sett
     assert not single_tenant(provider({"runtime": "podman"}))
 
 
-def _launch_args(org, image: str, live_server, command: list[str]):
-    job = make_job(org, container={"image": image, "command": command})
-    attempt = allocate(job.pk)
-    request = LaunchRequest(
-        job_id=job.public_id,
-        attempt=1,
-        accelerator="cpu",
-        gpu_count=1,
-        ephemeral_disk_gb=1,
-        image=image,
-    )
-    bootstrap = Bootstrap(live_server.url, job.public_id, 1, token_for(attempt.token_nonce))
-    return backend_for(attempt.provider), request, bootstrap, attempt
-
-
 @pytest.mark.live
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_launch_cut_off_before_its_handle_was_saved_adopts_the_container(
@@ -116,7 +99,9 @@ def test_a_launch_cut_off_before_its_handle_was_saved_adopts_the_container(
     settings.LOCAL_WORK_DIR = tmp_path / "work"
     Provider.objects.filter(name="local").update(config={"runtime": "podman"})
     org = OrganizationFactory(compute_enabled=True)
-    backend, request, bootstrap, _ = _launch_args(org, podman_image, live_server, ["sleep", "20"])
+    backend, request, bootstrap, _ = launch_args(
+        org, image=podman_image, control_url=live_server.url, command=["sleep", "20"]
+    )
     handle = backend.launch(request, bootstrap)
     try:
         # What a worker killed between `podman run` and saving the handle leaves behind.
@@ -147,8 +132,8 @@ def test_a_host_runner_runs_as_nobody_and_cannot_read_the_control_planes_environ
         "import os; print('uid', os.getuid());"
         f"print('environ', os.access('/proc/{os.getpid()}/environ', os.R_OK))"
     )
-    backend, request, bootstrap, attempt = _launch_args(
-        org, "local", live_server, ["/usr/bin/python3", "-c", script]
+    backend, request, bootstrap, attempt = launch_args(
+        org, image="local", control_url=live_server.url, command=["/usr/bin/python3", "-c", script]
     )
     handle = backend.launch(request, bootstrap)
     try:

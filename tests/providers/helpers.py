@@ -1,0 +1,33 @@
+"""Launching one attempt straight through a backend, as dispatch would."""
+
+from __future__ import annotations
+
+from apps.jobs.execution.dispatch import allocate
+from apps.jobs.execution.tokens import token_for
+from apps.jobs.models import Attempt
+from apps.providers.backends import backend_for
+from apps.providers.backends.base import Backend, Bootstrap, LaunchRequest
+from tests.jobs.helpers import make_job
+
+
+def launch_args(
+    org, *, image: str, control_url: str, command: list[str]
+) -> tuple[Backend, LaunchRequest, Bootstrap, Attempt]:
+    """A job of `org` running `command` in `image`, allocated; what `launch` takes for it."""
+    job = make_job(org, container={"image": image, "command": command})
+    attempt = allocate(job.pk)
+    request = LaunchRequest(
+        job_id=job.public_id,
+        attempt=1,
+        accelerator="cpu",
+        gpu_count=1,
+        ephemeral_disk_gb=1,
+        image=image,
+    )
+    bootstrap = Bootstrap(
+        control_url=control_url,
+        job_id=job.public_id,
+        attempt=1,
+        token=token_for(attempt.token_nonce),
+    )
+    return backend_for(attempt.provider), request, bootstrap, attempt
