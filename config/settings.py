@@ -190,6 +190,8 @@ MEDIA_URL = "media/"
 DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 50 * 1024 * 1024)
 # The largest artifact (a checkpoint or adapter tar.gz) a runner may upload (bytes).
 ARTIFACT_MAX_BYTES = env_int("ARTIFACT_MAX_BYTES", 5 * 1024**3)
+# Any other request body, refused before it is read (config/body_limits.py).
+REQUEST_MAX_BYTES = env_int("REQUEST_MAX_BYTES", 4 * 1024 * 1024)
 
 
 def _default_fernet_key(secret_key: str) -> str:
@@ -213,6 +215,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "apps.core.api_errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["apps.accounts.throttle.ApiKeyRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
 }
@@ -242,6 +245,13 @@ SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
+
+# Throttles (apps.accounts.throttle): failed sign-ins per username and per client address in
+# a window, and API requests per key per minute.
+SIGN_IN_MAX_FAILURES_PER_USER = env_int("SIGN_IN_MAX_FAILURES_PER_USER", 5)
+SIGN_IN_MAX_FAILURES_PER_ADDRESS = env_int("SIGN_IN_MAX_FAILURES_PER_ADDRESS", 20)
+SIGN_IN_WINDOW_S = env_float("SIGN_IN_WINDOW_S", 900.0)
+API_REQUESTS_PER_MINUTE = env_int("API_REQUESTS_PER_MINUTE", 600)
 
 # An API key's `last_used_at` is written at most this often, so a busy key costs no write
 # per request.
@@ -285,6 +295,13 @@ TERMINATE_GRACE_S = env_float("TERMINATE_GRACE_S", 10.0)
 PREEMPTION_MAX_PER_JOB = env_int("PREEMPTION_MAX_PER_JOB", 10)
 # A job that finds no capacity waits in `requested` this long, then fails `no_capacity`.
 NO_CAPACITY_TIMEOUT_S = env_float("NO_CAPACITY_TIMEOUT_S", 3600.0)
+# Reconcile re-dispatches waiting jobs when capacity freed, else every DISPATCH_SWEEP_S, at
+# most RECONCILE_DISPATCH_BATCH a pass, taking organizations in turn.
+DISPATCH_SWEEP_S = env_float("DISPATCH_SWEEP_S", 60.0)
+RECONCILE_DISPATCH_BATCH = env_int("RECONCILE_DISPATCH_BATCH", 50)
+# At most this many jobs of one organization wait to be placed (`requested`); more is a
+# 429 `waiting_jobs_limit`.
+MAX_WAITING_JOBS_PER_ORG = env_int("MAX_WAITING_JOBS_PER_ORG", 200)
 # An allocation not launched after this long is launched again by reconcile (idempotently).
 LAUNCH_STALL_S = env_float("LAUNCH_STALL_S", 15.0)
 DISPATCH_MAX_DELIVERIES = env_int("DISPATCH_MAX_DELIVERIES", 5)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+import redis
 from django.conf import settings
 from django.db import connection
 from django.test import Client
@@ -338,3 +339,13 @@ def shared_host(db):
     organizations at once, as an operator may: for tests whose jobs of two organizations
     must be placed side by side."""
     Provider.objects.filter(name="local").update(config={"multi_tenant": True})
+
+
+@pytest.fixture(autouse=True)
+def _fresh_throttles():
+    """Throttle counters live in Redis, beyond any one test's database: start each test
+    with none, so one test's failed sign-ins never lock out another's users."""
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    keys = [*client.scan_iter("trainyard:signin:*"), *client.scan_iter("trainyard:throttle:*")]
+    if keys:
+        client.delete(*keys)

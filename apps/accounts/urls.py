@@ -2,14 +2,11 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from apps.accounts import views
+from apps.accounts.sign_in import SignInView
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path(
-        "accounts/login/",
-        auth_views.LoginView.as_view(template_name="accounts/login.html"),
-        name="login",
-    ),
+    path("accounts/login/", SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("orgs/switch/", views.switch_org, name="org-switch"),
     path("o/<slug:org_slug>/settings/", views.org_settings, name="org-settings"),

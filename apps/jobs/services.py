@@ -14,12 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from apps.accounts.models import ApiKey, Organization, User
 from apps.core.api_errors import first_validation_error
-from apps.core.errors import Conflict, InvalidRequest, NotFound
+from apps.core.errors import ApiError, Conflict, InvalidRequest, NotFound
 from apps.jobs import enqueue, states
 from apps.jobs.events import JobEventType
 from apps.jobs.live import push
@@ -30,6 +32,31 @@ from apps.projects.models import Project
 from apps.secrets.selectors import validate_secret_env
 
 DEFAULT_PROJECT_SLUG = "default"
+
+
+class WaitingJobsLimit(ApiError):
+    status_code = 429
+    error_type = "waiting_jobs_limit"
+    default_detail = "This organization has too many jobs waiting to be placed."
+
+
+def _check_waiting_limit(organization: Organization) -> None:
+    """At most MAX_WAITING_JOBS_PER_ORG of an organization's jobs wait in `requested`.
+    The organization's row is locked, so concurrent submits cannot both take the last
+    place; the count comes from the per-state counters, not from counting jobs."""
+    Organization.objects.select_for_update().filter(pk=organization.pk).first()
+    waiting = (
+        JobCounter.objects.filter(organization=organization, state=JobState.REQUESTED).aggregate(
+            total=Sum("count")
+        )["total"]
+        or 0
+    )
+    limit = settings.MAX_WAITING_JOBS_PER_ORG
+    if waiting >= limit:
+        raise WaitingJobsLimit(
+            f"{waiting} jobs of this organization are waiting to be placed (at most {limit}): "
+            "wait for some to start, or terminate some."
+        )
 
 
 class IdempotencyConflict(Conflict):
@@ -101,6 +128,7 @@ def job_create(
     project = _project_for(organization, spec.pop("project"))
     try:
         with transaction.atomic():
+            _check_waiting_limit(organization)
             job = Job.objects.create(
                 organization=organization,
                 project=project,

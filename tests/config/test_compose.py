@@ -52,3 +52,17 @@ def test_env_example_documents_every_variable_settings_read():
     text = (ROOT / ".env.example").read_text()
     documented = set(re.findall(r"^([A-Z][A-Z0-9_]*)=", text, flags=re.MULTILINE))
     assert documented == set(names_read())
+
+
+def test_it_refuses_to_start_without_real_keys():
+    """`${NAME:?message}`: compose stops with the message when the variable is unset."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    for name in ("SECRET_KEY", "SECRETS_KEYS"):
+        value = _compose()["x-trainyard-env"][name]
+        assert value.startswith("${" + name + ":?"), value
+    assert "change-me" not in text
+
+
+def test_the_web_port_is_published_on_loopback_unless_told_otherwise():
+    ports = _compose()["services"]["web"]["ports"]
+    assert ports == ["${TRAINYARD_BIND:-127.0.0.1}:8000:8000"]

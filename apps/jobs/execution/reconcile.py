@@ -1,5 +1,6 @@
-"""The reconcile loop (Celery beat, `jobs.reconcile`): one pass re-dispatches waiting and
-stalled jobs, supervises every launched attempt, enforces limits and finishes jobs stuck in
+"""The reconcile loop (Celery beat, `jobs.reconcile`): one pass re-dispatches stalled
+launches, and waiting jobs when capacity freed (`execution.capacity`, organizations in
+turn), supervises every launched attempt, enforces limits and finishes jobs stuck in
 `finalizing` or `terminating`. Cheap when nothing changes: a few indexed queries, then one
 poll per live attempt."""
 
@@ -9,10 +10,12 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from apps.jobs import enqueue
+from apps.jobs.execution import capacity
 from apps.jobs.execution.limits import LIVE_JOB_STATES, enforce_limits
 from apps.jobs.execution.supervision import finalize, supervise
 from apps.jobs.models import Attempt, Job
@@ -21,23 +24,40 @@ from apps.jobs.states import JobState
 logger = logging.getLogger(__name__)
 
 
+def waiting_in_turn(limit: int) -> list[int]:
+    """Up to `limit` waiting jobs, organizations taking turns: each one's oldest first, then
+    each one's second, and so on, so one organization's backlog never pushes another's
+    jobs to the back of the queue."""
+    turn = Window(
+        RowNumber(),
+        partition_by=[F("organization_id")],
+        order_by=[F("queued_at").asc(), F("id").asc()],
+    )
+    return list(
+        Job.objects.filter(state__in=[JobState.REQUESTED, JobState.PREEMPTED])
+        .annotate(turn=turn)
+        .order_by("turn", "queued_at", "id")
+        .values_list("pk", flat=True)[:limit]
+    )
+
+
 def reconcile() -> dict[str, int]:
     """One pass of supervision. Returns what it did, for logs and tests."""
     now = timezone.now()
     stall = now - timedelta(seconds=settings.LAUNCH_STALL_S)
+    # A launch that stalled (a worker died mid-dispatch) is always taken up again.
     to_dispatch = list(
         Job.objects.filter(
-            Q(state__in=[JobState.REQUESTED, JobState.PREEMPTED])
-            | Q(
-                state__in=[JobState.ALLOCATING, JobState.PROVISIONING],
-                allocated_at__lt=stall,
-                attempts__launched_at__isnull=True,
-                attempts__ended_at__isnull=True,
-            )
+            state__in=[JobState.ALLOCATING, JobState.PROVISIONING],
+            allocated_at__lt=stall,
+            attempts__launched_at__isnull=True,
+            attempts__ended_at__isnull=True,
         )
         .values_list("pk", flat=True)
-        .distinct()[:500]
+        .distinct()[: settings.RECONCILE_DISPATCH_BATCH]
     )
+    if capacity.worth_dispatching():
+        to_dispatch += waiting_in_turn(settings.RECONCILE_DISPATCH_BATCH)
     for job_id in to_dispatch:
         enqueue.dispatch_now(job_id)
 

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 
 from apps.accounts.models import Organization
 from apps.catalog.models import Accelerator
-from apps.core.errors import InvalidRequest
+from apps.core.errors import ApiError
 from apps.jobs.models import Job
 from apps.jobs.specs import MAX_DISK_GB
 from apps.secrets.models import Secret
@@ -181,7 +181,7 @@ class JobForm(forms.Form):
                 return field, entry if field in self.keyed_fields else None
         return None, None
 
-    def add_service_error(self, error: InvalidRequest) -> None:
+    def add_service_error(self, error: ApiError) -> None:
         field, entry = self.field_for_param(error.param)
         message = str(error.detail)
         self.add_error(field, f"{entry}: {message}" if entry else message)
@@ -367,7 +367,7 @@ class ContainerJobForm(JobForm):
             self.add_error(given[-1], "Give one of a command, a script or a base64 script.")
         return data
 
-    def add_service_error(self, error: InvalidRequest) -> None:
+    def add_service_error(self, error: ApiError) -> None:
         if error.param == "container.script_b64" and self.cleaned_data.get("script_b64"):
             self.add_error("script_b64", str(error.detail))
             return

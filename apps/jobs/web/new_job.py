@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 from apps.accounts.models import Organization, User
 from apps.accounts.tenancy import membership_for_slug
 from apps.catalog.models import Accelerator
-from apps.core.errors import InvalidRequest
+from apps.core.errors import ApiError
 from apps.core.money import format_usd
 from apps.jobs import services
 from apps.jobs.execution import placement
@@ -83,7 +83,7 @@ def submit(
             created_by=user,
             kind=form.kind,
         )
-    except InvalidRequest as error:
+    except ApiError as error:  # a bad field, or a limit such as waiting_jobs_limit
         form.add_service_error(error)
         return None
     return created.job

@@ -1,0 +1,134 @@
+"""An ASGI guard in front of Django: a request body is refused before it is read.
+
+Django's ASGI handler reads a whole body (to a temporary file past a small size) before any
+view runs, so a view's own limit came too late: any client could make the server spool
+gigabytes to disk, a bad token's body included. This guard decides first, per path:
+
+- `POST /api/v1/runner/jobs/<id>/artifacts` with the bearer token of one of that job's
+  attempts: up to ARTIFACT_MAX_BYTES (the view enforces the exact limit and records it);
+- `POST /o/<org>/projects/<project>/datasets/` from a signed-in session: up to
+  DATASET_MAX_BYTES plus room for the form around the file;
+- everything else: REQUEST_MAX_BYTES.
+
+A `Content-Length` over the limit is answered 413 at once; a body without one is counted
+as it streams and cut off at the limit, also with 413. API paths get the API's error shape
+(`payload_too_large`); pages get plain text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from apps.jobs.execution.tokens import nonce_from
+from apps.jobs.models import Attempt
+
+ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
+ARTIFACT_UPLOAD = re.compile(r"^/api/v1/runner/jobs/(?P<job_id>[^/]+)/artifacts/?$")
+DATASET_UPLOAD = re.compile(r"^/o/[^/]+/projects/[^/]+/datasets/?$")
+FORM_OVERHEAD_BYTES = 1024 * 1024
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+def _headers(scope: dict) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+def _artifact_uploader(job_id: str, authorization: str) -> bool:
+    scheme, _, token = authorization.partition(" ")
+    nonce = nonce_from(token.strip()) if scheme.lower() == "bearer" else None
+    return (
+        nonce is not None
+        and Attempt.objects.filter(token_nonce=nonce, job__public_id=job_id).exists()
+    )
+
+
+def _signed_in(cookie_header: str) -> bool:
+    name = settings.SESSION_COOKIE_NAME
+    for part in cookie_header.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name and value:
+            store = import_string(f"{settings.SESSION_ENGINE}.SessionStore")
+            return bool(store(session_key=value).get("_auth_user_id"))
+    return False
+
+
+async def body_limit(scope: dict) -> int:
+    """The most bytes this request's body may have."""
+    path, headers = scope["path"], _headers(scope)
+    if scope["method"] == "POST":
+        match = ARTIFACT_UPLOAD.match(path)
+        if match and await sync_to_async(_artifact_uploader)(
+            match["job_id"], headers.get("authorization", "")
+        ):
+            return settings.ARTIFACT_MAX_BYTES
+        if DATASET_UPLOAD.match(path) and await sync_to_async(_signed_in)(
+            headers.get("cookie", "")
+        ):
+            return settings.DATASET_MAX_BYTES + FORM_OVERHEAD_BYTES
+    return settings.REQUEST_MAX_BYTES
+
+
+async def _refuse(scope: dict, send: Callable, limit: int) -> None:
+    message = f"The request body is larger than this server accepts here ({limit} bytes)."
+    if scope["path"].startswith("/api/"):
+        error = {"type": "payload_too_large", "message": message, "param": None}
+        body, content_type = json.dumps({"error": error}).encode(), b"application/json"
+    else:
+        body, content_type = message.encode(), b"text/plain; charset=utf-8"
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", content_type),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def guard_request_bodies(app: ASGIApp) -> ASGIApp:
+    async def guarded(scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        limit = await body_limit(scope)
+        announced = _headers(scope).get("content-length")
+        if announced is not None and announced.isdigit() and int(announced) > limit:
+            await _refuse(scope, send, limit)
+            return
+        received = 0
+        started = False
+
+        async def counting_receive() -> dict:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge
+            return message
+
+        async def tracking_send(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, counting_receive, tracking_send)
+        except BodyTooLarge:
+            if not started:
+                await _refuse(scope, send, limit)
+
+    return guarded
