@@ -1,8 +1,12 @@
 """`/api/v1/compute/secrets`: write-only secrets of the caller's organization.
 
 Responses carry the id, name and key names, never a value. Another organization's secret is
-404 `not_found`; viewers may read but not write (`IsOrgMember`); an organization without
-compute gets 403 `tenant_disabled`.
+404 `not_found`; an organization without compute gets 403 `tenant_disabled`.
+
+Who may do what: admins and owners manage secrets (create, replace, delete); members and
+viewers may only list and read them (names and key names), and members use them in their
+jobs by reference. Anyone else gets 403 `permission_denied` (`IsOrgMember` with
+`write_role = Role.ADMIN`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from apps.accounts.models import Role
 from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
 from apps.core.pagination import parse_page_request
 from apps.secrets import selectors, services
@@ -60,6 +65,7 @@ def _secret_of_caller(request, secret_id: str) -> Secret:
 
 class SecretListCreateView(APIView):
     permission_classes = COMPUTE_PERMISSIONS
+    write_role = Role.ADMIN
 
     @extend_schema(
         parameters=[
@@ -106,6 +112,7 @@ class SecretListCreateView(APIView):
 
 class SecretDetailView(APIView):
     permission_classes = COMPUTE_PERMISSIONS
+    write_role = Role.ADMIN
 
     @extend_schema(
         responses=SecretOut,

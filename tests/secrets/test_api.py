@@ -18,7 +18,7 @@ def _snapshot(org):
 
 
 def test_create_returns_id_name_and_sorted_keys_but_no_value(api_client_for, org):
-    response = api_client_for(org).post(
+    response = api_client_for(org, role=Role.ADMIN).post(
         URL,
         {"name": "artifact-repository", "data": {"HF_TOKEN": "hf_abc123", "A_KEY": "zz_987"}},
         format="json",
@@ -64,7 +64,7 @@ def test_list_shows_only_the_callers_secrets(api_client_for, org, secret, other_
 
 def test_put_replaces_all_values_and_the_key_list(api_client_for, org, secret):
     before = secret.updated_at
-    response = api_client_for(org).put(
+    response = api_client_for(org, role=Role.ADMIN).put(
         f"{URL}/{secret.public_id}", {"data": {"NEW_TOKEN": "n3w"}}, format="json"
     )
     assert response.status_code == 200
@@ -78,7 +78,7 @@ def test_put_replaces_all_values_and_the_key_list(api_client_for, org, secret):
 
 
 def test_delete_removes_the_secret(api_client_for, org, secret, other_secret):
-    response = api_client_for(org).delete(f"{URL}/{secret.public_id}")
+    response = api_client_for(org, role=Role.ADMIN).delete(f"{URL}/{secret.public_id}")
     assert response.status_code == 204
     assert response.content == b""
     assert list(Secret.objects.values_list("public_id", flat=True)) == [other_secret.public_id]
@@ -93,7 +93,7 @@ def test_another_orgs_secret_is_404_not_found_and_untouched(
     api_client_for, org, other_org, other_secret, method, body
 ):
     before = _snapshot(other_org)
-    response = getattr(api_client_for(org), method)(
+    response = getattr(api_client_for(org, role=Role.ADMIN), method)(
         f"{URL}/{other_secret.public_id}", body, format="json"
     )
     assert response.status_code == 404
@@ -124,7 +124,7 @@ def test_a_viewer_gets_permission_denied_and_nothing_changes(
 
 def test_a_duplicate_name_is_409_conflict_and_keeps_the_first(api_client_for, org, secret):
     before = _snapshot(org)
-    response = api_client_for(org).post(
+    response = api_client_for(org, role=Role.ADMIN).post(
         URL, {"name": "artifact-repository", "data": {"OTHER": "v"}}, format="json"
     )
     assert response.status_code == 409
@@ -134,7 +134,7 @@ def test_a_duplicate_name_is_409_conflict_and_keeps_the_first(api_client_for, or
 
 
 def test_the_same_name_in_another_org_is_fine(api_client_for, org, other_org, other_secret):
-    response = api_client_for(org).post(
+    response = api_client_for(org, role=Role.ADMIN).post(
         URL, {"name": other_secret.name, "data": {"A": "b"}}, format="json"
     )
     assert response.status_code == 201
@@ -160,7 +160,7 @@ def test_the_same_name_in_another_org_is_fine(api_client_for, org, other_org, ot
     ],
 )
 def test_bad_create_bodies_are_invalid_request_naming_the_param(api_client_for, org, body, param):
-    response = api_client_for(org).post(URL, body, format="json")
+    response = api_client_for(org, role=Role.ADMIN).post(URL, body, format="json")
     assert response.status_code == 400
     assert response.json()["error"]["type"] == "invalid_request"
     assert response.json()["error"]["param"] == param
@@ -175,7 +175,9 @@ def test_a_bad_replace_is_invalid_request_and_keeps_the_old_values(
     api_client_for, org, secret, body, param
 ):
     before = _snapshot(org)
-    response = api_client_for(org).put(f"{URL}/{secret.public_id}", body, format="json")
+    response = api_client_for(org, role=Role.ADMIN).put(
+        f"{URL}/{secret.public_id}", body, format="json"
+    )
     assert response.status_code == 400
     assert response.json()["error"]["param"] == param
     assert _snapshot(org) == before
@@ -185,7 +187,7 @@ def test_a_bad_replace_is_invalid_request_and_keeps_the_old_values(
 def test_an_org_without_compute_gets_tenant_disabled(api_client_for, org, method):
     org.compute_enabled = False
     org.save(update_fields=["compute_enabled"])
-    response = getattr(api_client_for(org), method)(
+    response = getattr(api_client_for(org, role=Role.ADMIN), method)(
         URL, {"name": "x", "data": {"A": "b"}}, format="json"
     )
     assert response.status_code == 403
@@ -199,12 +201,69 @@ def test_without_a_key_it_is_401_unauthenticated(client, org):
     assert response.json()["error"]["type"] == "unauthenticated"
 
 
-def test_a_signed_in_member_creates_and_a_signed_in_viewer_cannot(client_for, member, viewer, org):
-    created = client_for(member).post(
+def test_a_signed_in_admin_creates_and_signed_in_members_and_viewers_cannot(
+    client_for, admin, member, viewer, org
+):
+    created = client_for(admin).post(
         URL, {"name": "web", "data": {"A": "b"}}, content_type="application/json"
     )
     assert created.status_code == 201
-    refused = client_for(viewer).delete(f"{URL}/{created.json()['id']}")
-    assert refused.status_code == 403
-    assert refused.json()["error"]["type"] == "permission_denied"
+    for user in (member, viewer):
+        refused = client_for(user).delete(f"{URL}/{created.json()['id']}")
+        assert refused.status_code == 403
+        assert refused.json()["error"]["type"] == "permission_denied"
     assert list(Secret.objects.values_list("name", flat=True)) == ["web"]
+
+
+WRITES = [
+    ("post", "", {"name": "new", "data": {"A": "b"}}),
+    ("put", "/{id}", {"data": {"HF_TOKEN": "replaced"}}),
+    ("delete", "/{id}", None),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), WRITES)
+def test_a_member_key_may_not_create_replace_or_delete(
+    api_client_for, org, secret, method, path, body
+):
+    before = _snapshot(org)
+    client = api_client_for(org, role=Role.MEMBER)
+    response = getattr(client, method)(URL + path.format(id=secret.public_id), body, format="json")
+    assert response.status_code == 403
+    assert response.json()["error"]["type"] == "permission_denied"
+    assert _snapshot(org) == before
+    assert decrypt_data(Secret.objects.get(pk=secret.pk).ciphertext)["HF_TOKEN"] == "hf_topsecret"
+
+
+@pytest.mark.parametrize(("method", "path", "body"), WRITES)
+def test_a_signed_in_member_may_not_create_replace_or_delete(
+    client_for, member, org, secret, method, path, body
+):
+    before = _snapshot(org)
+    response = getattr(client_for(member), method)(
+        URL + path.format(id=secret.public_id), body, content_type="application/json"
+    )
+    assert response.status_code == 403
+    assert response.json()["error"]["type"] == "permission_denied"
+    assert _snapshot(org) == before
+
+
+def test_a_member_still_lists_and_reads_secrets_without_values(api_client_for, org, secret):
+    client = api_client_for(org)
+    listed = client.get(URL)
+    got = client.get(f"{URL}/{secret.public_id}")
+    assert listed.status_code == 200 and got.status_code == 200
+    assert [s["id"] for s in listed.json()["data"]] == [secret.public_id]
+    assert got.json()["keys"] == ["EXTRA", "HF_TOKEN"]
+    for response in (listed, got):
+        assert b"hf_topsecret" not in response.content
+
+
+@pytest.mark.parametrize("role", [Role.ADMIN, Role.OWNER])
+def test_admins_and_owners_replace_and_delete(api_client_for, org, secret, role):
+    client = api_client_for(org, role=role)
+    replaced = client.put(f"{URL}/{secret.public_id}", {"data": {"NEW": "v"}}, format="json")
+    assert replaced.status_code == 200
+    assert decrypt_data(Secret.objects.get(pk=secret.pk).ciphertext) == {"NEW": "v"}
+    assert client.delete(f"{URL}/{secret.public_id}").status_code == 204
+    assert not Secret.objects.filter(pk=secret.pk).exists()

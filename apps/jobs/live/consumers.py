@@ -1,11 +1,25 @@
 """Websockets for live pages. A consumer authorises, joins a group and forwards what the
 broadcaster rendered (apps.jobs.realtime) — no rendering per viewer here.
 
-Close codes: 4401 not signed in; 4403 not a member of the object's organization (sent right
-after the handshake, before any data, so the page can tell a refusal from a network drop).
+Authorisation is not only at connect: before forwarding a push, a socket checks again that
+its user is still an active member who can see the job (or project), at most once every
+`WS_REAUTH_INTERVAL_S` seconds per socket (a setting, default 30), so a removed member stops
+receiving within that interval at the cost of one query per socket per interval. A socket
+that fails the check is closed with 4403 and the push is not sent.
+
+Each user holds at most `WS_MAX_SOCKETS_PER_USER` sockets (a setting, default 20), counted
+in Redis across every process: a sorted set per user of the open sockets' channel names,
+each scored with when it was last seen (connect, then each re-check), so an entry a crashed
+process left behind expires on its own after `WATCH_TTL_S`.
+
+Close codes: 4401 not signed in; 4403 not (or no longer) a member of the object's
+organization; 4429 too many sockets for this user. A refusal at connect is sent right after
+the handshake, before any data, so the page can tell a refusal from a network drop.
 """
 
 from __future__ import annotations
+
+import time
 
 import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
@@ -15,6 +29,26 @@ from django.conf import settings
 from apps.jobs.live.push import WATCH_TTL_S, job_group, project_group, watch_key
 from apps.jobs.models import Job
 from apps.projects.models import Project
+
+WS_REAUTH_INTERVAL_S = 30
+WS_MAX_SOCKETS_PER_USER = 20
+SOCKETS_KEY = "trainyard:sockets:user:{user_id}"
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_TOO_MANY = 4429
+
+
+def reauth_interval_s() -> float:
+    return getattr(settings, "WS_REAUTH_INTERVAL_S", WS_REAUTH_INTERVAL_S)
+
+
+def max_sockets_per_user() -> int:
+    return getattr(settings, "WS_MAX_SOCKETS_PER_USER", WS_MAX_SOCKETS_PER_USER)
+
+
+def sockets_key(user_id: int) -> str:
+    return SOCKETS_KEY.format(user_id=user_id)
 
 
 async def _watchers(group: str, delta: int) -> None:
@@ -28,8 +62,50 @@ async def _watchers(group: str, delta: int) -> None:
         await client.aclose()
 
 
+async def _take_socket_slot(user_id: int, channel_name: str) -> bool:
+    """Count this socket in for its user; False (and counted out again) when the user
+    already holds the maximum."""
+    key = sockets_key(user_id)
+    now = time.time()
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    try:
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.zremrangebyscore(key, "-inf", now - WATCH_TTL_S)
+            pipe.zadd(key, {channel_name: now})
+            pipe.zcard(key)
+            pipe.expire(key, WATCH_TTL_S)
+            _, _, held, _ = await pipe.execute()
+        if held > max_sockets_per_user():
+            await client.zrem(key, channel_name)
+            return False
+        return True
+    finally:
+        await client.aclose()
+
+
+async def _touch_socket_slot(user_id: int, channel_name: str) -> None:
+    """Mark a live socket as still open, so its entry does not expire under it."""
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    try:
+        await client.zadd(sockets_key(user_id), {channel_name: time.time()}, xx=True)
+        await client.expire(sockets_key(user_id), WATCH_TTL_S)
+    finally:
+        await client.aclose()
+
+
+async def _release_socket_slot(user_id: int, channel_name: str) -> None:
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    try:
+        await client.zrem(sockets_key(user_id), channel_name)
+    finally:
+        await client.aclose()
+
+
 def _visible_jobs(user):
-    return Job.objects.filter(organization__memberships__user=user)
+    # One filter() call: the membership and its user's activity are the same join.
+    return Job.objects.filter(
+        organization__memberships__user=user, organization__memberships__user__is_active=True
+    )
 
 
 @database_sync_to_async
@@ -40,12 +116,36 @@ def _can_see_job(user, job_id: str) -> bool:
 @database_sync_to_async
 def _can_see_project(user, project_id: str) -> bool:
     return Project.objects.filter(
-        organization__memberships__user=user, public_id=project_id
+        organization__memberships__user=user,
+        organization__memberships__user__is_active=True,
+        public_id=project_id,
     ).exists()
 
 
 class _GroupConsumer(AsyncWebsocketConsumer):
     group: str | None = None
+    slot_user_id: int | None = None
+    checked_at: float = 0.0
+    revoked: bool = False
+
+    async def _allowed(self, user) -> bool:
+        raise NotImplementedError
+
+    def _group_for(self) -> str:
+        raise NotImplementedError
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self._refuse(CLOSE_UNAUTHENTICATED)
+        elif not await self._allowed(user):
+            await self._refuse(CLOSE_FORBIDDEN)
+        elif not await _take_socket_slot(user.pk, self.channel_name):
+            await self._refuse(CLOSE_TOO_MANY)
+        else:
+            self.slot_user_id = user.pk
+            self.checked_at = time.monotonic()
+            await self._join(self._group_for())
 
     async def _refuse(self, code: int) -> None:
         await self.accept()
@@ -57,40 +157,68 @@ class _GroupConsumer(AsyncWebsocketConsumer):
         await _watchers(group, +1)
         await self.accept()
 
+    async def _leave(self) -> None:
+        """Leave the group and give the socket's slot back; safe to call twice."""
+        group, self.group = self.group, None
+        if group:
+            await self.channel_layer.group_discard(group, self.channel_name)
+            await _watchers(group, -1)
+        user_id, self.slot_user_id = self.slot_user_id, None
+        if user_id is not None:
+            await _release_socket_slot(user_id, self.channel_name)
+
+    async def _still_allowed(self) -> bool:
+        """Re-check the socket's right to what it watches, at most once per interval; on a
+        failure close it with 4403 (the caller then drops the push)."""
+        if self.revoked:
+            return False
+        now = time.monotonic()
+        if now - self.checked_at < reauth_interval_s():
+            return True
+        self.checked_at = now
+        if await self._allowed(self.scope["user"]):
+            if self.slot_user_id is not None:
+                await _touch_socket_slot(self.slot_user_id, self.channel_name)
+            return True
+        self.revoked = True
+        await self._leave()
+        await self.close(code=CLOSE_FORBIDDEN)
+        return False
+
+    async def _forward(self, message: dict) -> None:
+        if await self._still_allowed():
+            await self.send(text_data=message["html"])
+
     async def disconnect(self, code: int) -> None:
-        if self.group:
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-            await _watchers(self.group, -1)
+        await self._leave()
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         """Pages only listen; anything they send is ignored."""
 
 
 class JobConsumer(_GroupConsumer):
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        job_id = self.scope["url_route"]["kwargs"]["job_id"]
-        if user is None or not user.is_authenticated:
-            await self._refuse(4401)
-        elif not await _can_see_job(user, job_id):
-            await self._refuse(4403)
-        else:
-            await self._join(job_group(job_id))
+    def _object_id(self) -> str:
+        return self.scope["url_route"]["kwargs"]["job_id"]
+
+    async def _allowed(self, user) -> bool:
+        return await _can_see_job(user, self._object_id())
+
+    def _group_for(self) -> str:
+        return job_group(self._object_id())
 
     async def job_push(self, message: dict) -> None:
-        await self.send(text_data=message["html"])
+        await self._forward(message)
 
 
 class ProjectJobsConsumer(_GroupConsumer):
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        project_id = self.scope["url_route"]["kwargs"]["project_id"]
-        if user is None or not user.is_authenticated:
-            await self._refuse(4401)
-        elif not await _can_see_project(user, project_id):
-            await self._refuse(4403)
-        else:
-            await self._join(project_group(project_id))
+    def _object_id(self) -> str:
+        return self.scope["url_route"]["kwargs"]["project_id"]
+
+    async def _allowed(self, user) -> bool:
+        return await _can_see_project(user, self._object_id())
+
+    def _group_for(self) -> str:
+        return project_group(self._object_id())
 
     async def project_push(self, message: dict) -> None:
-        await self.send(text_data=message["html"])
+        await self._forward(message)

@@ -1,6 +1,7 @@
 """Websocket consumers through the real ASGI application (origin check, session auth)."""
 
 import pytest
+import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from channels.testing.websocket import WebsocketCommunicator
 from django.conf import settings
@@ -8,7 +9,10 @@ from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_K
 from django.contrib.sessions.backends.db import SessionStore
 from django.db import connections
 
+from apps.accounts import services as account_services
+from apps.accounts.models import Membership
 from apps.jobs import services
+from apps.jobs.live import consumers
 from apps.jobs.states import JobState
 from config.asgi import application
 from tests.jobs.helpers import make_job
@@ -86,3 +90,103 @@ async def test_the_project_socket_checks_membership(member, outsider, project):
     refused = await _socket(f"/ws/projects/{project.public_id}/", outsider)
     await refused.connect()
     assert await refused.receive_output(timeout=2) == {"type": "websocket.close", "code": 4403}
+
+
+# -- authorisation after connect, and the per-user socket cap -----------------------------
+
+
+@pytest.fixture(autouse=True)
+async def _no_socket_counts_left_over():
+    """Socket counts live in Redis for a day; user ids restart with each test database."""
+    client = aioredis.Redis.from_url(settings.REDIS_URL)
+    try:
+        keys = await client.keys(consumers.SOCKETS_KEY.format(user_id="*"))
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+    yield
+
+
+def _remove(user, org):
+    account_services.membership_remove(
+        membership=Membership.objects.get(user=user, organization=org)
+    )
+
+
+async def test_a_removed_member_is_closed_4403_at_the_next_push(member, org, settings):
+    settings.WS_REAUTH_INTERVAL_S = 0
+    job = await database_sync_to_async(make_job)(org)
+    socket = await _socket(f"/ws/jobs/{job.public_id}/", member)
+    assert (await socket.connect())[0]
+    await database_sync_to_async(services.job_transition)(job_id=job.pk, to=JobState.ALLOCATING)
+    assert 'data-state="allocating"' in await socket.receive_from(timeout=5)
+
+    await database_sync_to_async(_remove)(member, org)
+    await database_sync_to_async(services.job_transition)(job_id=job.pk, to=JobState.PROVISIONING)
+    assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+    assert await socket.receive_nothing(timeout=0.5)
+    await socket.disconnect()
+
+
+async def test_a_removed_member_is_closed_4403_on_the_project_socket(
+    member, org, project, settings
+):
+    settings.WS_REAUTH_INTERVAL_S = 0
+    job = await database_sync_to_async(make_job)(org, project=project.public_id)
+    socket = await _socket(f"/ws/projects/{project.public_id}/", member)
+    assert (await socket.connect())[0]
+    await database_sync_to_async(_remove)(member, org)
+    await database_sync_to_async(services.job_transition)(job_id=job.pk, to=JobState.ALLOCATING)
+    assert await socket.receive_output(timeout=5) == {"type": "websocket.close", "code": 4403}
+    await socket.disconnect()
+
+
+async def test_the_membership_is_checked_at_most_once_per_interval(
+    member, org, settings, monkeypatch
+):
+    settings.WS_REAUTH_INTERVAL_S = 3600
+    job = await database_sync_to_async(make_job)(org)
+    socket = await _socket(f"/ws/jobs/{job.public_id}/", member)
+    assert (await socket.connect())[0]
+    checks = []
+    original = consumers.JobConsumer._allowed
+
+    async def counted(self, user):
+        checks.append(user.pk)
+        return await original(self, user)
+
+    monkeypatch.setattr(consumers.JobConsumer, "_allowed", counted)
+    for to in (JobState.ALLOCATING, JobState.PROVISIONING):
+        await database_sync_to_async(services.job_transition)(job_id=job.pk, to=to)
+        await socket.receive_from(timeout=5)
+    assert checks == []  # checked at connect, not again within the interval
+    await socket.disconnect()
+
+
+async def test_a_user_holds_at_most_the_maximum_of_sockets(member, viewer, org, settings):
+    settings.WS_MAX_SOCKETS_PER_USER = 2
+    job = await database_sync_to_async(make_job)(org)
+    path = f"/ws/jobs/{job.public_id}/"
+    held = []
+    for _ in range(2):
+        socket = await _socket(path, member)
+        assert (await socket.connect())[0]
+        held.append(socket)
+    one_too_many = await _socket(path, member)
+    assert (await one_too_many.connect())[0]
+    assert await one_too_many.receive_output(timeout=2) == {"type": "websocket.close", "code": 4429}
+    await one_too_many.disconnect()
+
+    other_user = await _socket(path, viewer)
+    assert (await other_user.connect())[0]
+    assert await other_user.receive_nothing(timeout=0.2)
+    await other_user.disconnect()
+
+    await held.pop().disconnect()  # a closed socket gives its place back
+    again = await _socket(path, member)
+    assert (await again.connect())[0]
+    await database_sync_to_async(services.job_transition)(job_id=job.pk, to=JobState.ALLOCATING)
+    assert 'data-state="allocating"' in await again.receive_from(timeout=5)
+    for socket in (again, *held):
+        await socket.disconnect()

@@ -10,6 +10,7 @@ from apps.accounts import services as account_services
 from apps.accounts.models import Role
 from apps.jobs.execution import dispatch, supervision
 from apps.jobs.models import Attempt, Job
+from apps.secrets import services as secret_services
 from tests.factories import UserFactory
 from tests.jobs.helpers import make_job, running
 from tests.jobs.helpers import submit_on as submit
@@ -97,18 +98,86 @@ def test_a_staff_user_reclaims_a_running_job(reclaimable):
     assert Job.objects.get(pk=reclaimable.pk).reason == "reclaimed"
 
 
-def test_a_key_made_by_a_staff_user_may_reclaim_and_other_keys_may_not(org, reclaimable):
-    _, staff_key = account_services.api_key_create(
-        organization=org, name="ops", created_by=UserFactory(is_staff=True)
-    )
-    _, owner_key = account_services.api_key_create(organization=org, name="o", role=Role.OWNER)
+def test_no_api_key_may_reclaim_whoever_made_it(org, other_org, client_for, reclaimable):
+    staff = UserFactory(is_staff=True)
+    superuser = UserFactory(is_staff=True, is_superuser=True)
+    keys = [
+        account_services.api_key_create(organization=org, name="o", role=Role.OWNER)[1],
+        account_services.api_key_create(
+            organization=org, name="ops", role=Role.OWNER, created_by=staff
+        )[1],
+        account_services.api_key_create(
+            organization=other_org, name="v", role=Role.VIEWER, created_by=superuser
+        )[1],
+    ]
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {owner_key}")
-    refused = reclaim(client, reclaimable)
+    for key in keys:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+        refused = reclaim(client, reclaimable)
+        assert refused.status_code == 403
+        assert refused.json()["error"]["type"] == "permission_denied"
+        assert reclaimable.public_id not in refused.content.decode()
+    assert Attempt.objects.get(job=reclaimable).reclaim_reason == ""
+    # The same staff user signed in with a session is an operator.
+    assert reclaim(client_for(staff), reclaimable).status_code == 202
+
+
+def test_a_signed_in_non_staff_user_is_refused(org, admin, client_for, reclaimable):
+    refused = reclaim(client_for(admin), reclaimable)
     assert refused.status_code == 403
     assert refused.json()["error"]["type"] == "permission_denied"
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {staff_key}")
-    assert reclaim(client, reclaimable).status_code == 202
+    assert Attempt.objects.get(job=reclaimable).reclaim_reason == ""
+
+
+def test_an_inactive_staff_user_is_refused(reclaimable):
+    client = APIClient()
+    client.force_authenticate(UserFactory(is_staff=True, is_active=False))
+    assert reclaim(client, reclaimable).status_code == 403
+
+
+def test_the_reclaim_answer_shows_no_container_env_command_or_secret_refs(org, slots, client_for):
+    slots(1)
+    secret = secret_services.secret_create(
+        organization=org, name="hub", data={"HF_TOKEN": "hf_value"}
+    )
+    job = make_job(
+        org,
+        name="private-run-name",
+        compute={"accelerator": slots.accelerator, "gpu_count": 1, "ephemeral_disk_gb": 1},
+        container={
+            "image": "python:3.11-slim",
+            "command": ["python", "-c", "print('cmd-marker-7731')"],
+            "env": {"DB_PASSWORD": "env-marker-5521"},
+            "secret_env": {"HF_TOKEN": {"secret_id": secret.public_id, "key": "HF_TOKEN"}},
+        },
+    )
+    running(job)
+    response = reclaim(client_for(UserFactory(is_staff=True)), job)
+    assert response.status_code == 202
+    body = response.json()
+    assert body["id"] == job.public_id
+    assert body["state"] == Job.objects.get(pk=job.pk).state
+    assert set(body) == {
+        "id",
+        "kind",
+        "priority_class",
+        "state",
+        "reason",
+        "hardware",
+        "preemption_count",
+        "attempts",
+    }
+    text = response.content.decode()
+    for marker in (
+        "cmd-marker-7731",
+        "env-marker-5521",
+        "DB_PASSWORD",
+        "HF_TOKEN",
+        secret.public_id,
+        "private-run-name",
+        "python:3.11-slim",
+    ):
+        assert marker not in text
 
 
 def test_reclaim_refuses_members_strangers_and_jobs_with_nothing_running(org, member, reclaimable):
