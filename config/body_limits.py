@@ -105,7 +105,7 @@ def guard_request_bodies(app: ASGIApp) -> ASGIApp:
             return
         limit = await body_limit(scope)
         announced = _headers(scope).get("content-length")
-        if announced is not None and announced.isdigit() and int(announced) > limit:
+        if announced and announced.isascii() and announced.isdigit() and int(announced) > limit:
             await _refuse(scope, send, limit)
             return
         received = 0

@@ -25,3 +25,4 @@ urlpatterns = [
 
 handler404 = "apps.core.api_errors.handler404"
 handler500 = "apps.core.api_errors.handler500"
+handler400 = "apps.core.api_errors.handler400"

@@ -23,6 +23,11 @@ was refused (401/404), 2 bad configuration or a protocol version mismatch (the s
 of the exit within `final_flush_timeout_s` (`exit.json` still says what happened), 75 another
 runner holds the workdir.
 
+The token never reaches the workload: it comes from a file the runner deletes on reading
+(`runner.config`), and the runner makes itself non-dumpable (`PR_SET_DUMPABLE` 0) first, so
+a workload running as the same user cannot read the runner's `/proc/<pid>/environ` or
+`/proc/<pid>/mem` either (exec makes the workload dumpable again).
+
 Decisions where the page is silent:
 
 - A workload that cannot start (bad spec, command not found) is reported as exit code 127
@@ -53,6 +58,7 @@ Decisions where the page is silent:
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
 import shlex
@@ -110,6 +116,7 @@ from runner.workload import (
 
 READER_DRAIN_TIMEOUT_S = 2.0
 SUPERVISE_POLL_S = 0.1
+PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 
 
 class Runner:
@@ -449,8 +456,20 @@ class Runner:
             self.spool.close()
 
 
+def make_undumpable() -> bool:
+    """Make this process non-dumpable (Linux): other processes of its user, the workload
+    among them, can no longer read its /proc/<pid>/environ or /proc/<pid>/mem nor ptrace
+    it. Best effort: False where prctl is not there."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
 def main() -> int:
     """Entry point of `python -m runner`; returns the runner's exit status."""
+    make_undumpable()  # before the token is read
     try:
         config = load_config()
     except ConfigError as exc:

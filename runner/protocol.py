@@ -95,9 +95,12 @@ EXIT_SIGTERM = 143  # 128 + SIGTERM: terminated (or never started: terminated be
 
 # -- environment variables -------------------------------------------------------------
 
-# Set by a backend for the runner; the first three are never passed on to the workload.
+# Set by a backend for the runner; the first four are never passed on to the workload.
 ENV_CONTROL_URL = "TRAINYARD_CONTROL_URL"
 ENV_RUNNER_TOKEN = "TRAINYARD_RUNNER_TOKEN"
+# Instead of ENV_RUNNER_TOKEN: a file holding the token, which the runner reads and deletes
+# before the workload starts, so the token is in no environment the workload can read.
+ENV_RUNNER_TOKEN_FILE = "TRAINYARD_RUNNER_TOKEN_FILE"
 ENV_WORKDIR = "TRAINYARD_WORKDIR"
 ENV_JOB_ID = "TRAINYARD_JOB_ID"  # also in the spec's env, for the workload
 # Set by the control plane in the spec's env, for the workload.

@@ -169,6 +169,10 @@ class Attempt(models.Model):
     # The runner token is derived from this nonce and SECRET_KEY (apps.jobs.tokens), so it
     # can be handed out again on a relaunch without storing it.
     token_nonce = models.CharField(max_length=32, unique=True, default=new_token_nonce)
+    # The secret values this attempt's runner was told to mask, as one Fernet token
+    # (SECRETS_KEYS; never plaintext), written when the spec is served. Ingestion keeps
+    # masking them after a secret is deleted or changed (apps.jobs.telemetry.masking).
+    mask_values_encrypted = models.TextField(null=True, blank=True, editable=False)
     launched_at = models.DateTimeField(null=True, blank=True)
     terminate_requested_at = models.DateTimeField(null=True, blank=True)
     # Set when placement displaces this attempt for a standard job (`preempted_by`): the

@@ -6,8 +6,9 @@ secret of the job's organization:
 
     {"HF_TOKEN": {"secret_id": "sec_Vb3nRk8sQw1xYz2M", "key": "HF_TOKEN"}}
 
-Job creation calls `validate_secret_env`; only the runner's spec fetch calls
-`resolve_secret_env`, which is the one place values are decrypted for use.
+Job creation calls `validate_secret_env`; the runner's spec fetch calls `resolve_secret_env`,
+which is the one place values are decrypted to be handed out. Log ingestion calls
+`resolvable_secret_values` for the values it masks (never handed out, never stored plain).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, TypedDict
 from apps.accounts.models import Organization
 from apps.core.errors import InvalidRequest
 from apps.core.pagination import PageRequest, created_page
-from apps.secrets.crypto import decrypt_data
+from apps.secrets.crypto import SecretUndecryptable, decrypt_data
 from apps.secrets.models import Secret
 from apps.secrets.validation import is_env_name
 
@@ -128,3 +129,27 @@ def resolve_secret_env(*, organization: Organization, secret_env: Any) -> dict[s
         _check_ref(env_name, ref, secret, data)
         resolved[env_name] = data[ref["key"]]
     return resolved
+
+
+def resolvable_secret_values(*, organization: Organization, secret_env: Any) -> list[str]:
+    """The values of `secret_env` that can still be resolved, each entry on its own: a secret
+    or key deleted since, or a row SECRETS_KEYS no longer opens, is skipped rather than
+    failing the rest. For masking only (a value that is missing cannot leak anyway), so a
+    malformed `secret_env` is an empty list, never an error. Plaintext: keep it in memory."""
+    try:
+        refs = _checked_refs(secret_env)
+    except InvalidRequest:
+        return []
+    secrets_by_id = _referenced_secrets(organization, refs, "public_id", "ciphertext")
+    decrypted: dict[str, dict[str, str]] = {}
+    for public_id, secret in secrets_by_id.items():
+        try:
+            decrypted[public_id] = decrypt_data(secret.ciphertext)
+        except SecretUndecryptable:
+            continue
+    values = []
+    for ref in refs.values():
+        value = decrypted.get(ref["secret_id"], {}).get(ref["key"])
+        if isinstance(value, str) and value and value not in values:
+            values.append(value)
+    return values

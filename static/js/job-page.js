@@ -96,15 +96,30 @@
     steps = keys;
     losses = keys.map(function (k) { return byStep.get(k)[1]; });
     chartBox.dataset.points = String(steps.length);
+    chartBox.dataset.gaps = String(losses.filter(function (l) { return l === null; }).length);
     chartBox.dataset.resumes = resumes.join(",");
     if (chart) chart.setData([steps, losses]);
   }
+  // Points come as strict JSON: a NaN or infinite loss is null, drawn as a gap (the events
+  // table shows the value). A payload that does not parse costs its own points, never the
+  // chart or the feed.
+  function parseList(text) {
+    try {
+      var points = JSON.parse(text);
+      return Array.isArray(points) ? points : [];
+    } catch (err) {
+      console.warn("loss chart: unreadable points", err);
+      return [];
+    }
+  }
   function addPoints(points) {
     points.forEach(function (p) {  // [metric id, step, loss]
+      if (!Array.isArray(p) || typeof p[1] !== "number") return;
       if (plotted.has(p[0])) return;
       plotted.add(p[0]);
+      var loss = typeof p[2] === "number" && isFinite(p[2]) ? p[2] : null;
       var held = byStep.get(p[1]);
-      if (!held || held[0] < p[0]) byStep.set(p[1], [p[0], p[2]]);
+      if (!held || held[0] < p[0]) byStep.set(p[1], [p[0], loss]);
     });
     rebuild();
   }
@@ -113,8 +128,8 @@
     Array.from(byStep.keys()).forEach(function (k) { if (k > step) byStep.delete(k); });
     rebuild();
   }
-  addPoints(JSON.parse(document.getElementById("chart-initial").textContent));
-  resumes = JSON.parse(document.getElementById("chart-resumes").textContent);
+  addPoints(parseList(document.getElementById("chart-initial").textContent));
+  resumes = parseList(document.getElementById("chart-resumes").textContent);
   rebuild();
   function drawResumes(u) {
     var ctx = u.ctx;
@@ -149,7 +164,7 @@
       if (tpl.classList.contains("chart-resume")) {
         addResume(parseInt(tpl.content.textContent, 10) || 0);
       } else {
-        addPoints(JSON.parse(tpl.content.textContent));
+        addPoints(parseList(tpl.content.textContent));
       }
       tpl.remove();
     });

@@ -8,10 +8,13 @@ import itertools
 import os
 import signal
 import uuid
+from types import SimpleNamespace
 
 import pytest
+import requests
+from django.conf import settings
+from django.test import Client
 
-from apps.accounts import services as account_services
 from apps.finetunes.payloads import config_of
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, MetricPoint
 from tests.factories import ProjectFactory, UserFactory
@@ -26,12 +29,18 @@ SAVE_STEPS = 4
 
 
 @pytest.fixture
-def operator(api, compute_org):
-    """An API client with an operator's key (created by a staff user)."""
-    staff = UserFactory(is_staff=True)
-    _, key = account_services.api_key_create(organization=compute_org, name="ops", created_by=staff)
-    session = type(api)(api.base, key)
-    return session
+def operator(api):
+    """A staff user's signed-in session (operator rights never come from an API key)."""
+    browser = Client()
+    browser.force_login(UserFactory(is_staff=True))
+    session = requests.Session()
+    session.cookies.set(
+        settings.SESSION_COOKIE_NAME, browser.cookies[settings.SESSION_COOKIE_NAME].value
+    )
+    csrf = "operatorcsrftoken0123456789abcde"  # any 32 letters and digits, cookie and header
+    session.cookies.set(settings.CSRF_COOKIE_NAME, csrf)
+    session.headers["X-CSRFToken"] = csrf
+    return SimpleNamespace(base=api.base, session=session)
 
 
 def submit(api, solo: str, *, priority: str, code: str, name: str = "job") -> str:

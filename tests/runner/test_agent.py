@@ -170,6 +170,49 @@ def test_a_command_job_reports_every_line_and_its_exit_code(plane, launch, tmp_p
     assert (workdir / "work" / "checkpoints").is_dir()
 
 
+# The workload looks for the token everywhere it was once handed over. It knows the token
+# only as hex, so its own command line (spooled in `starting workload: ...`) does not hold it.
+LOOK_FOR_THE_TOKEN = """
+import os, pathlib, sys
+token = bytes.fromhex(sys.argv[1])
+try:
+    environ = open(f"/proc/{os.getppid()}/environ", "rb").read()
+    print("runner environ read:", b"TRAINYARD_JOB_ID=" in environ, "token:", token in environ)
+except OSError:
+    print("runner environ unreadable")
+workdir = pathlib.Path.cwd().parent
+hits = [str(p) for p in workdir.rglob("*") if p.is_file() and token in p.read_bytes()]
+print("files holding the token:", hits)
+print("own environ holds a token:", any("RUNNER_TOKEN" in name for name in os.environ))
+"""
+
+
+def test_the_token_comes_from_a_file_that_is_gone_before_the_workload_starts(
+    plane, launch, tmp_path
+):
+    workdir = tmp_path / "attempt"
+    workdir.mkdir()
+    token_file = workdir / "runner.token"
+    token_file.write_text(TOKEN)
+    token_file.chmod(0o600)
+    plane.spec = spec(command=[sys.executable, "-c", LOOK_FOR_THE_TOKEN, TOKEN.encode().hex()])
+
+    runner = launch(plane, TRAINYARD_RUNNER_TOKEN=None, TRAINYARD_RUNNER_TOKEN_FILE=str(token_file))
+
+    assert runner.wait(20) == 0, _runner_log(tmp_path)  # it authenticated with the file's token
+    assert_complete(plane)
+    assert plane.exits[0]["exit_code"] == 0
+    assert plane.messages("user") == [
+        # Root reads a non-dumpable process's environment; any other user cannot.
+        "runner environ read: True token: False"
+        if os.geteuid() == 0
+        else "runner environ unreadable",
+        "files holding the token: []",
+        "own environ holds a token: False",
+    ]
+    assert not token_file.exists()
+
+
 def test_a_script_job_runs_in_the_work_directory(plane, launch, tmp_path):
     plane.spec = spec(
         script_b64=script(

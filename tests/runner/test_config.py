@@ -34,10 +34,48 @@ def test_it_names_every_missing_variable():
         load_config(env)
 
 
+def test_the_token_comes_from_the_token_file_which_is_deleted_on_reading(tmp_path):
+    token_file = tmp_path / "runner.token"
+    token_file.write_text("tyr_file_token\n")
+    token_file.chmod(0o600)
+    env = {**ENV, "TRAINYARD_RUNNER_TOKEN_FILE": str(token_file)}
+    del env["TRAINYARD_RUNNER_TOKEN"]
+
+    config = load_config(env)
+
+    assert config.token == "tyr_file_token"
+    assert not token_file.exists()
+    assert "tyr_file_token" not in repr(config)
+
+
+def test_the_token_file_wins_over_the_variable(tmp_path):
+    token_file = tmp_path / "runner.token"
+    token_file.write_text("from-file")
+
+    config = load_config({**ENV, "TRAINYARD_RUNNER_TOKEN_FILE": str(token_file)})
+
+    assert config.token == "from-file"
+    assert not token_file.exists()
+
+
+def test_a_missing_or_empty_token_file_is_a_config_error_and_is_deleted(tmp_path):
+    env = {**ENV, "TRAINYARD_RUNNER_TOKEN_FILE": str(tmp_path / "gone")}
+    with pytest.raises(ConfigError, match="cannot read TRAINYARD_RUNNER_TOKEN_FILE"):
+        load_config(env)
+    empty = tmp_path / "empty"
+    empty.write_text(" \n")
+    with pytest.raises(ConfigError, match="is empty"):
+        load_config({**ENV, "TRAINYARD_RUNNER_TOKEN_FILE": str(empty)})
+    assert not empty.exists()
+
+
 def test_the_workload_env_drops_the_runner_variables_and_adds_the_spec_env():
     spec = JobSpec.from_json({"env": {"USER_VAR": "x", "TRAINYARD_JOB_ID": "job_x"}})
 
-    env = workload_env(spec, {**ENV, "PATH": "/bin", "USER_VAR": "old"})
+    env = workload_env(
+        spec,
+        {**ENV, "TRAINYARD_RUNNER_TOKEN_FILE": "/w/runner.token", "PATH": "/bin", "USER_VAR": "o"},
+    )
 
     assert env == {"TRAINYARD_JOB_ID": "job_x", "PATH": "/bin", "USER_VAR": "x"}
 

@@ -3,7 +3,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from apps.core.errors import InvalidRequest
-from apps.secrets.selectors import resolve_secret_env, validate_secret_env
+from apps.secrets import services
+from apps.secrets.selectors import (
+    resolvable_secret_values,
+    resolve_secret_env,
+    validate_secret_env,
+)
 
 
 def _ref(secret, key: str = "HF_TOKEN") -> dict:
@@ -82,3 +87,36 @@ def test_a_malformed_secret_env_is_refused_before_any_query(org, secret_env, par
     with CaptureQueriesContext(connection) as queries:
         assert _both_raise(org, secret_env) == [param] * 2
     assert len(queries) == 0
+
+
+@pytest.mark.django_db
+def test_resolvable_values_skip_each_missing_entry_on_its_own(org, secret, make_secret):
+    second = make_secret(org, "second", {"WANDB_API_KEY": "wb_123"})
+    gone = make_secret(org, "gone", {"OLD": "old_value"})
+    secret_env = {
+        "HF_TOKEN": _ref(secret),
+        "SAME": _ref(secret),
+        "NO_KEY": _ref(secret, "NOPE"),
+        "GONE": _ref(gone, "OLD"),
+        "NEVER": {"secret_id": "sec_nope", "key": "K"},
+        "WANDB_API_KEY": _ref(second, "WANDB_API_KEY"),
+    }
+    services.secret_delete(secret=gone)
+    with CaptureQueriesContext(connection) as queries:
+        values = resolvable_secret_values(organization=org, secret_env=secret_env)
+    assert values == ["hf_topsecret", "wb_123"]
+    assert len(queries) == 1
+
+
+@pytest.mark.django_db
+def test_resolvable_values_skip_a_secret_the_keys_no_longer_open(org, secret, make_secret):
+    second = make_secret(org, "second", {"WANDB_API_KEY": "wb_123"})
+    type(secret).objects.filter(pk=secret.pk).update(ciphertext="gAAAAAnot-a-token")
+    secret_env = {"HF_TOKEN": _ref(secret), "WANDB_API_KEY": _ref(second, "WANDB_API_KEY")}
+    assert resolvable_secret_values(organization=org, secret_env=secret_env) == ["wb_123"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("secret_env", [None, {}, ["HF_TOKEN"], {"1BAD": {"secret_id": "s"}}])
+def test_resolvable_values_of_nothing_or_nonsense_are_none(org, secret_env):
+    assert resolvable_secret_values(organization=org, secret_env=secret_env) == []

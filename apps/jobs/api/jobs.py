@@ -25,6 +25,7 @@ from apps.jobs.api.serializers import (
     LogPage,
 )
 from apps.jobs.artifacts.files import artifact_response
+from apps.jobs.artifacts.store import artifact_pk
 from apps.jobs.models import Job
 from apps.jobs.specs import JobCreateIn
 
@@ -181,8 +182,7 @@ class JobArtifactDownloadView(ComputeView):
     )
     def get(self, request, job_id: str, artifact_id: str):
         job = selectors.job_for_org(caller(request).organization, job_id)
-        number = artifact_id.removeprefix("art_")
-        artifact = job.artifacts.filter(pk=int(number)).first() if number.isdigit() else None
+        artifact = job.artifacts.filter(pk=artifact_pk(artifact_id)).first()
         if artifact is None:
             raise Http404("No such artifact.")
         return artifact_response(artifact, job)

@@ -15,6 +15,10 @@ Rules that hold here:
   larger announced Content-Length before reading; here the bytes are counted as they
   stream (a chunked body announces nothing), and the first byte past the limit ends the
   read: what was stored is deleted, no row is written, and `artifact_refused` says why.
+- A job may hold at most `MAX_ARTIFACTS_PER_JOB` artifacts (all attempts together): past it
+  a new upload is refused before its body is read (413 `too_many_artifacts`; the runner
+  gives a 413 up at once and says so in the job's log). A repeat of a stored one still
+  answers with it.
 """
 
 from __future__ import annotations
@@ -35,7 +39,15 @@ from apps.jobs.events import JobEventType
 from apps.jobs.models import Artifact, Attempt, Job
 
 CHUNK_BYTES = 1024 * 1024
+# Artifacts one job may hold, every attempt together. A setting of the same name overrides it.
+MAX_ARTIFACTS_PER_JOB = 200
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
+# `Artifact.step` is a PositiveIntegerField (PostgreSQL `integer`); ids are `bigint`s, and
+# outside they go by `art_<n>`, n in ASCII digits (`str.isdigit` would take "²", which
+# `int` refuses).
+MAX_STEP = 2**31 - 1
+MAX_ARTIFACT_PK = 2**63 - 1
+PUBLIC_ID_RE = re.compile(r"art_([0-9]{1,19})")
 
 EVENT_TYPES = {
     Artifact.Kind.CHECKPOINT: JobEventType.CHECKPOINT_SAVED,
@@ -53,6 +65,15 @@ def public_artifact_id(artifact: Artifact) -> str:
     return f"art_{artifact.pk}"
 
 
+def artifact_pk(public_id: str, param: str = "artifact_id") -> int:
+    """The primary key an `art_<n>` id names; InvalidRequest (400, naming `param`) when it is
+    not one. Whether such an artifact exists (or is the caller's) is the caller's lookup."""
+    match = PUBLIC_ID_RE.fullmatch(public_id)
+    if match is None or int(match.group(1)) > MAX_ARTIFACT_PK:
+        raise InvalidRequest("An artifact id is art_ and a whole number.", param=param)
+    return int(match.group(1))
+
+
 def artifact_storage_path(*, job: Job, attempt: int, kind: str, step: int | None) -> str:
     label = "final" if step is None else str(step)
     return f"artifacts/{job.public_id}/attempt-{attempt}/{kind}-{label}.tar.gz"
@@ -63,8 +84,10 @@ def validate_artifact_key(*, kind: object, step: object, sha256: object) -> None
     checkpoint needs a step; an adapter may have one (the final adapter has none)."""
     if kind not in Artifact.Kind.values:
         raise InvalidRequest("kind must be checkpoint or adapter.", param="kind")
-    if step is not None and (isinstance(step, bool) or not isinstance(step, int) or step < 0):
-        raise InvalidRequest("step must be a whole number of at least 0.", param="step")
+    if step is not None and (
+        isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP
+    ):
+        raise InvalidRequest(f"step must be a whole number from 0 to {MAX_STEP}.", param="step")
     if kind == Artifact.Kind.CHECKPOINT and step is None:
         raise InvalidRequest("A checkpoint needs its step.", param="step")
     if not isinstance(sha256, str) or not SHA256_RE.fullmatch(sha256):
@@ -86,6 +109,27 @@ def artifact_max_bytes() -> int:
 
 class ArtifactTooLarge(PayloadTooLarge):
     default_detail = "The artifact is larger than this control plane accepts."
+
+
+class TooManyArtifacts(PayloadTooLarge):
+    """413, like ArtifactTooLarge, so a runner gives the upload up at once (it retries a 409
+    of a type it does not know)."""
+
+    error_type = "too_many_artifacts"
+    default_detail = "The job holds as many artifacts as it may."
+
+
+def artifact_max_per_job() -> int:
+    return getattr(settings, "MAX_ARTIFACTS_PER_JOB", MAX_ARTIFACTS_PER_JOB)
+
+
+def check_artifact_room(job_id: int) -> None:
+    """Raise TooManyArtifacts when the job already holds `artifact_max_per_job()`."""
+    cap = artifact_max_per_job()
+    if Artifact.objects.filter(job_id=job_id).count() >= cap:
+        raise TooManyArtifacts(
+            f"The job already holds {cap} artifacts, the most it may; this one was not stored."
+        )
 
 
 def _human_bytes(size: int) -> str:
@@ -175,9 +219,10 @@ def artifact_store(
     `fileobj` is read to EOF in chunks (a request, or any binary file). Returns the stored
     Artifact; when one already exists for (job, attempt, kind, step) it is returned as it is
     and `fileobj` is not read (a retried upload stores nothing twice, even with other bytes).
-    Raises InvalidRequest for a bad key, Sha256Mismatch when the bytes do not hash to
-    `sha256`, and ArtifactTooLarge past ARTIFACT_MAX_BYTES (recorded on the job): then
-    nothing is stored (what was streamed is deleted again).
+    Raises InvalidRequest for a bad key, TooManyArtifacts when the job holds
+    MAX_ARTIFACTS_PER_JOB already (before anything is read), Sha256Mismatch when the bytes
+    do not hash to `sha256`, and ArtifactTooLarge past ARTIFACT_MAX_BYTES (recorded on the
+    job): then nothing is stored (what was streamed is deleted again).
 
     The file is written before its row: a process that dies between the two leaves a file
     no row names (the next upload of that key picks a free name beside it), never a row
@@ -188,6 +233,7 @@ def artifact_store(
     existing = artifact_find(attempt=attempt, kind=kind, step=step)
     if existing is not None:
         return existing
+    check_artifact_room(attempt.job_id)
     job = attempt.job
     reader = _HashingReader(fileobj, artifact_max_bytes())
     path = artifact_storage_path(job=job, attempt=attempt.number, kind=kind, step=step)
@@ -281,4 +327,6 @@ def resume_from(job: Job) -> ResumeFrom | None:
 
 def artifact_for_job(job: Job, artifact_id: int) -> Artifact | None:
     """One of the job's artifacts (another job's is None, as if it did not exist)."""
+    if not 0 < artifact_id <= MAX_ARTIFACT_PK:
+        return None
     return Artifact.objects.filter(job=job, pk=artifact_id).first()

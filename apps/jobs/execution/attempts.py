@@ -2,8 +2,10 @@
 current attempt, end an attempt, and bill attempts in whole minutes.
 
 Billing: each attempt is billed in whole minutes from its allocation at the price captured
-then (`attempt.price_micros_hr` is for the whole allocation per hour). Accounted time is wall
-time times TRAINYARD_CLOCK_SCALE (1 in production).
+then (`attempt.price_micros_hr` is for the whole allocation per hour), and at least one
+minute: an allocation is never free, however soon it ends (so a workload cannot run for
+nothing in a loop of short attempts). Accounted time is wall time times
+TRAINYARD_CLOCK_SCALE (1 in production).
 """
 
 from __future__ import annotations
@@ -14,8 +16,12 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.core.transactions import after_commit
+from apps.jobs.execution import capacity
 from apps.jobs.models import Attempt, Job
 from apps.providers.backends import backend_for
+
+# Every attempt, from its allocation on, is billed at least this many minutes.
+MIN_BILLED_MINUTES = 1
 
 
 class AttemptSuperseded(Exception):
@@ -42,7 +48,7 @@ def bill(job: Job, now: datetime | None = None) -> int:
     total = 0
     for attempt in job.attempts.all():
         end = attempt.ended_at or now
-        minutes = int(accounted_seconds(attempt.allocated_at, end) // 60)
+        minutes = max(MIN_BILLED_MINUTES, int(accounted_seconds(attempt.allocated_at, end) // 60))
         if minutes != attempt.billed_minutes:
             attempt.billed_minutes = minutes
             Attempt.objects.filter(pk=attempt.pk).update(billed_minutes=minutes)
@@ -63,6 +69,7 @@ def end_attempt(attempt: Attempt, *, reason: str, exit_code: int | None = None) 
     if attempt.exit_code is None and exit_code is not None:
         attempt.exit_code = exit_code
     attempt.save(update_fields=["ended_at", "end_reason", "exit_code"])
+    capacity.freed_on_commit()
     bill(Job.objects.get(pk=attempt.job_id))
     if attempt.handle:
         provider = attempt.provider

@@ -6,8 +6,11 @@ job that lost its hardware waits in `preempted` until it is placed again (docs/p
   is marked (`preempt_requested_at`, `preempted_by`); its runner's next heartbeat answer is
   `checkpoint_and_exit`. Once it has ended, the capacity it held is reserved for the job that
   displaced it (apps.providers.placement) until that job is placed.
-- Reclaims: an operator's reclaim (`reclaim_attempt`), a workload that exits 143 after a
-  SIGTERM nobody here sent, a lapsed heartbeat, or a runner that vanished.
+- Reclaims: an operator's or provider's reclaim (`reclaim_attempt`: recorded on the attempt
+  before the SIGTERM), a backend poll that says `reclaimed`, a lapsed heartbeat, or a runner
+  that vanished. An exit code alone is never a reclaim: a workload that exits 143 when
+  neither we nor its provider sent a SIGTERM exited by itself, and fails `exit_code_143`
+  (otherwise any workload could run again and again, each short attempt nearly free).
 - Either way the attempt ends, the job moves to `preempted` (reason `preempted_by` or
   `reclaimed`) and is dispatched again; the next attempt's runner resumes from the newest
   checkpoint. Preemptions are counted per job, apart from failures: past
@@ -34,7 +37,6 @@ from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt, Job, MetricPoint
 from apps.jobs.states import JobState
 from apps.providers.backends import backend_for
-from runner import protocol
 
 PREEMPTED_BY = "preempted_by"
 RECLAIMED = "reclaimed"
@@ -190,15 +192,18 @@ def kill_silent(attempt: Attempt) -> None:
 
 def preemption_reason(job: Job, attempt: Attempt, exit_code: int | None) -> str | None:
     """Why this attempt's end is a preemption (`preempted_by` or `reclaimed`), or None when
-    it ended on its own (then its exit code decides the job's fate)."""
+    it ended on its own (then its exit code decides the job's fate). Only what this side
+    recorded counts: a displacement (`preempt_requested_at`) or a reclaim
+    (`reclaim_reason`, set by `reclaim_attempt`, `kill_silent`, or a backend that reports
+    one). The exit code, whatever it is, never makes an end a reclaim."""
     if job.state not in DISPLACEABLE_STATES:
         return None
     if attempt.preempt_requested_at is not None:
         return None if hooks_for(job).exit_is_final(job, attempt, exit_code) else PREEMPTED_BY
     if attempt.reclaim_reason:
         return RECLAIMED
-    if exit_code == protocol.EXIT_SIGTERM and attempt.terminate_requested_at is None:
-        return RECLAIMED  # a SIGTERM from outside: the host is going away
+    # Not a bare exit 143: the workload can exit so (or SIGTERM itself, or its runner) at
+    # will; only a reclaim recorded before the signal counts.
     return None
 
 

@@ -11,12 +11,14 @@ arrive twice, late or out of order change nothing.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.core.errors import InvalidRequest
 from apps.jobs import enqueue, services
 from apps.jobs.events import JobEventType
 from apps.jobs.execution import preemption
@@ -26,9 +28,16 @@ from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt, Job, LogLine
 from apps.jobs.states import JobState
 from apps.providers.backends import backend_for
+from apps.secrets.selectors import SECRET_ENV_PARAM
 from runner import protocol
 
 logger = logging.getLogger(__name__)
+
+# Reasons of a job whose spec cannot be served, now or ever.
+SECRET_MISSING = "secret_missing"
+SPEC_INVALID = "spec_invalid"
+# States in which a runner may ask for its spec and the job may still fail for it.
+SPEC_FAILABLE = (JobState.ALLOCATING, JobState.PROVISIONING, JobState.RUNNING)
 
 
 def order_for(job: Job, attempt: Attempt) -> str:
@@ -99,6 +108,53 @@ def runner_exited(attempt_id: int, exit_code: int) -> None:
         if job.state == JobState.RUNNING:
             services.job_transition(job_id=job.pk, to=JobState.FINALIZING)
         enqueue.finalize_on_commit(job.pk)
+
+
+def spec_unservable(attempt_id: int, *, reason: str, message: str, data: dict) -> None:
+    """The attempt's spec cannot be served and never will be (a secret it names was deleted):
+    fail the job now, with a system line and the state change saying why, instead of leaving
+    a runner without a spec to be declared lost and placed again and again. `message` and
+    `data` must hold no secret value. Raises AttemptSuperseded when the attempt is no longer
+    the job's live one; a job being terminated is left to end that way."""
+    with transaction.atomic():
+        job, attempt = lock_current(attempt_id)
+        if attempt.ended_at is not None:
+            raise AttemptSuperseded(attempt.pk)
+        if job.state not in SPEC_FAILABLE:
+            return
+        services.system_log(job=job, attempt=attempt.number, message=message)
+        end_attempt(attempt, reason=reason)
+        if job.state == JobState.RUNNING:
+            job = services.job_transition(job_id=job.pk, to=JobState.FINALIZING)
+        services.job_transition(
+            job_id=job.pk,
+            to=JobState.FAILED,
+            reason=reason,
+            message=message,
+            data=data,
+            error_message=message,
+        )
+
+
+def secret_env_unresolvable(attempt_id: int, secret_env: object, error: InvalidRequest) -> None:
+    """`resolve_secret_env` refused the job's `secret_env` (`error` names the entry in its
+    param): a secret or key the job names is gone. Fail the job `secret_missing`, naming the
+    variable, the secret and the key (never a value); `spec_invalid` when the entry cannot
+    be told."""
+    prefix = f"{SECRET_ENV_PARAM}."
+    env_name = (error.param or "").removeprefix(prefix)
+    ref = secret_env.get(env_name) if isinstance(secret_env, Mapping) else None
+    if (error.param or "").startswith(prefix) and isinstance(ref, Mapping):
+        secret_id, key = ref.get("secret_id"), ref.get("key")
+        message = (
+            f"The job cannot run: {env_name} comes from key {key!r} of secret {secret_id!r}, "
+            f"which is gone ({error.detail}). Submit the job again with a secret that exists."
+        )
+        data = {"env": env_name, "secret_id": secret_id, "key": key}
+        spec_unservable(attempt_id, reason=SECRET_MISSING, message=message, data=data)
+        return
+    message = f"The job cannot run: its spec cannot be served ({error.detail})."
+    spec_unservable(attempt_id, reason=SPEC_INVALID, message=message, data={})
 
 
 def finalize(job_id: int) -> None:

@@ -8,6 +8,7 @@ lines opens as fast as an empty one; older lines load on demand by cursor.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from itertools import chain
 
@@ -86,9 +87,21 @@ def latest_metric(job: Job) -> MetricPoint | None:
     return MetricPoint.objects.filter(job=job).order_by("-id").first()
 
 
+def _plotted(metric_id: int, step: int, loss: float) -> list[float | None]:
+    """One chart point. A NaN or infinite loss is plotted as null, a gap in the line: JSON
+    has no NaN (a bare `NaN` stops the page's JSON.parse), and the metrics table shows the
+    value itself."""
+    return [metric_id, step, loss if math.isfinite(loss) else None]
+
+
+def chart_json(points: list) -> str:
+    """Chart points as strict JSON (`allow_nan=False`: a non-finite number is a bug here)."""
+    return json.dumps(points, allow_nan=False)
+
+
 def chart_points(points) -> list[list[float | None]]:
     """[metric id, step, loss] triples; the page drops ids it has already plotted."""
-    return [[p.id, p.step, p.loss] for p in points if p.loss is not None]
+    return [_plotted(p.id, p.step, p.loss) for p in points if p.loss is not None]
 
 
 def initial_chart(job: Job) -> list[list[float | None]]:
@@ -99,8 +112,8 @@ def initial_chart(job: Job) -> list[list[float | None]]:
     triples = rows.values_list("id", "step", "loss")
     if count > CHART_MAX_POINTS:
         stride = count // CHART_MAX_POINTS + 1
-        return [list(t) for index, t in enumerate(triples.iterator()) if index % stride == 0]
-    return [list(t) for t in triples]
+        return [_plotted(*t) for index, t in enumerate(triples.iterator()) if index % stride == 0]
+    return [_plotted(*t) for t in triples]
 
 
 def resume_steps(job: Job) -> list[int]:
@@ -233,7 +246,7 @@ def _state_parts(job: Job) -> str:
 
 def _metric_parts(job: Job, latest: MetricPoint, points) -> str:
     card = _render("metrics_card.html", {"latest": latest, "oob": True})
-    feed = _render("chart_feed.html", {"points_json": json.dumps(chart_points(points))})
+    feed = _render("chart_feed.html", {"points_json": chart_json(chart_points(points))})
     return card + f'<div hx-swap-oob="beforeend:#chart-feed">{feed}</div>'
 
 

@@ -37,7 +37,7 @@ def _step_param(request: HttpRequest) -> int | None:
     raw = request.GET.get("step", "").strip()
     if raw == "":
         return None
-    if not raw.isdigit():
+    if not (raw.isascii() and raw.isdigit()):  # "²".isdigit() is True, and int() refuses it
         raise InvalidRequest("step must be a whole number of at least 0.", param="step")
     return int(raw)
 

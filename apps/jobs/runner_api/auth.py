@@ -2,25 +2,37 @@
 token, matched to the job in the path, and the protocol version the runner speaks.
 
 Authenticated by the attempt's runner token only — no sessions, so no CSRF. A token of
-another job is a 404. These are plain Django views: they are the hottest path (log batches)
-and need none of DRF's negotiation.
+another job is a 404. A token lives as long as its attempt, plus `TOKEN_GRACE_AFTER_END_S`
+for the runner's final flush (its last lines, uploads and `exit`): past that every endpoint
+answers 401 `unauthenticated`, so a workload that outlives its attempt (or kept a copy of
+the token) can no longer write to the job. These are plain Django views: they are the
+hottest path (log batches) and need none of DRF's negotiation.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from functools import wraps
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
+from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
-from apps.core.api_errors import error_body
+from apps.core.api_errors import body_too_large, error_body, nested_too_deep
 from apps.core.errors import ApiError, InvalidRequest
 from apps.jobs.execution.attempts import AttemptSuperseded
 from apps.jobs.execution.tokens import nonce_from
 from apps.jobs.models import Attempt
 from runner import protocol
+
+# How long a runner token still works once its attempt has ended: the runner's final flush
+# (last log lines, pending uploads, the exit report) happens right after the end. A setting
+# of the same name overrides it.
+TOKEN_GRACE_AFTER_END_S = 120
 
 
 def _error(status: int, error_type: str, message: str, param: str | None = None) -> JsonResponse:
@@ -29,6 +41,18 @@ def _error(status: int, error_type: str, message: str, param: str | None = None)
 
 def not_found(message: str = "Not found.") -> JsonResponse:
     return _error(404, "not_found", message)
+
+
+def token_expired(attempt: Attempt, now: datetime | None = None) -> bool:
+    """True when the attempt ended (or its job did) more than the grace period ago: its
+    token no longer opens any runner endpoint."""
+    ended = attempt.ended_at
+    if ended is None and attempt.job.is_terminal:
+        ended = attempt.job.terminal_at  # attempts end first; this is a second lock
+    if ended is None:
+        return False
+    grace = getattr(settings, "TOKEN_GRACE_AFTER_END_S", TOKEN_GRACE_AFTER_END_S)
+    return (now or timezone.now()) - ended > timedelta(seconds=grace)
 
 
 def runner_endpoint(view: Callable) -> Callable:
@@ -59,6 +83,8 @@ def runner_endpoint(view: Callable) -> Callable:
             .filter(token_nonce=nonce)
             .first()
         )
+        if attempt is not None and token_expired(attempt):
+            return _error(401, "unauthenticated", "The attempt of this runner token has ended.")
         if attempt is None or attempt.job.public_id != job_id:
             return _error(404, "not_found", "Not found.")
         try:
@@ -81,7 +107,13 @@ def _json_body(request: HttpRequest) -> object:
 
 
 def json_body(request: HttpRequest) -> object:
+    """The request's JSON body. A body over DATA_UPLOAD_MAX_MEMORY_SIZE is a 413
+    `payload_too_large`, one that is not JSON or is nested too deeply to read a 400."""
     try:
         return json.loads(request.body or b"{}")
+    except RequestDataTooBig as exc:
+        raise body_too_large() from exc
+    except RecursionError as exc:
+        raise nested_too_deep() from exc
     except ValueError as exc:
         raise InvalidRequest("The body is not valid JSON.") from exc

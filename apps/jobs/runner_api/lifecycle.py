@@ -16,8 +16,17 @@ from apps.jobs.execution.attempts import AttemptSuperseded
 from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt
 from apps.jobs.runner_api.auth import json_body, runner_endpoint
+from apps.jobs.telemetry.masking import remember_mask_values
 from apps.secrets.selectors import resolve_secret_env
 from runner import protocol
+
+# Exit codes and steps are stored in PostgreSQL `integer` columns.
+MIN_INTEGER, MAX_INTEGER = -(2**31), 2**31 - 1
+
+
+def _whole(value: object, low: int, high: int) -> bool:
+    """Whether `value` is a whole number (not a bool) from `low` to `high`."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
 @require_GET
@@ -27,9 +36,18 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     if attempt.ended_at is not None or attempt.number != job.attempt_count:
         raise AttemptSuperseded(attempt.pk)
     container = job.spec["container"]
-    secret_values = resolve_secret_env(
-        organization=job.organization, secret_env=container.get("secret_env") or {}
-    )
+    secret_env = container.get("secret_env") or {}
+    try:
+        secret_values = resolve_secret_env(organization=job.organization, secret_env=secret_env)
+    except InvalidRequest as exc:
+        # A secret or key it names was deleted since: permanent. The job fails now, and the
+        # 409 stops the runner (exit 0) before any workload starts.
+        supervision.secret_env_unresolvable(attempt.pk, secret_env, exc)
+        raise AttemptSuperseded(attempt.pk) from exc
+    mask = [value for value in secret_values.values() if value]
+    # Before the values leave: ingestion masks them in this job's lines from now on, even
+    # after their secret is deleted.
+    remember_mask_values(attempt, mask)
     inputs, env_for_runner = hooks_for(job).runner_inputs(job)
     env = {**container.get("env", {}), **env_for_runner, **secret_values}
     env.update(
@@ -50,7 +68,7 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
             "command": container.get("command"),
             "script_b64": container.get("script_b64"),
             "env": env,
-            "mask": [value for value in secret_values.values() if value],
+            "mask": mask,
             "heartbeat_interval_s": settings.HEARTBEAT_INTERVAL_S,
             "log_batch_max_lines": settings.LOG_BATCH_MAX_LINES,
             "log_batch_max_interval_s": settings.LOG_BATCH_MAX_INTERVAL_S,
@@ -67,9 +85,10 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
 def started(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     body = json_body(request)
     step = body.get("resumed_from_step") if isinstance(body, dict) else None
-    if step is not None and (not isinstance(step, int) or isinstance(step, bool) or step < 0):
+    if step is not None and not _whole(step, 0, MAX_INTEGER):
         raise InvalidRequest(
-            "resumed_from_step must be a non-negative whole number.", param="resumed_from_step"
+            f"resumed_from_step must be a whole number from 0 to {MAX_INTEGER}.",
+            param="resumed_from_step",
         )
     return JsonResponse({"order": supervision.runner_started(attempt.pk, step)})
 
@@ -85,8 +104,11 @@ def heartbeat(request: HttpRequest, attempt: Attempt) -> JsonResponse:
 def exit_(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     body = json_body(request)
     code = body.get("exit_code") if isinstance(body, dict) else None
-    if not isinstance(code, int) or isinstance(code, bool):
-        raise InvalidRequest("exit_code must be a whole number.", param="exit_code")
+    if not _whole(code, MIN_INTEGER, MAX_INTEGER):
+        raise InvalidRequest(
+            f"exit_code must be a whole number from {MIN_INTEGER} to {MAX_INTEGER}.",
+            param="exit_code",
+        )
     # A late report of an old attempt has nothing left to do, and nothing to undo.
     if attempt.ended_at is None:
         with suppress(AttemptSuperseded):

@@ -4,19 +4,27 @@ A batch is stored in one transaction with one multi-row INSERT (PostgreSQL: `unn
 arrays). `(job, attempt, seq)` is unique, and the INSERT skips pairs it already has, so a
 batch the runner sends again is stored once and the counts stay exact. Only lines actually
 inserted are parsed for metrics and counted.
+
+The lines always land: what a line says is the workload's business, so metric or event data
+the database cannot hold (a NUL or a lone surrogate in a key, a step past the `integer`
+column, NaN nested in a grading line, a nesting too deep to read) is cleaned or dropped,
+never allowed to fail the batch (which the runner would retry forever, losing every later
+line). What was dropped, and why, is said in one `source=system` line per batch. The metric
+and event writes also run in a savepoint, so anything unforeseen the database refuses in
+them costs those writes (and a system line), not the lines.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
-import threading
-import time
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
-from django.db import connection, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import Max
 
 from apps.core.errors import InvalidRequest
@@ -24,13 +32,21 @@ from apps.jobs import services
 from apps.jobs.events import JobEventType
 from apps.jobs.live import push
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
-from apps.jobs.telemetry.metrics import parse_metric_line
-from apps.secrets.selectors import resolve_secret_env
+from apps.jobs.telemetry.masking import secret_masker
+from apps.jobs.telemetry.metrics import MAX_STEP, parse_metric_line
 from runner import protocol
-from runner.masking import Masker
+
+logger = logging.getLogger(__name__)
 
 MAX_BATCH_LINES = 5000
 MAX_MESSAGE_CHARS = 16384
+# `LogLine.seq` is a PositiveIntegerField (PostgreSQL `integer`).
+MAX_SEQ = 2_147_483_647
+# A grading line nested deeper than this is not kept as an event (no verdict needs it).
+MAX_GRADING_DEPTH = 32
+# The system line that reports what a batch dropped names at most this many things.
+MAX_DROP_NOTES = 10
+_SURROGATES = re.compile("[\ud800-\udfff]")
 _SOURCES = frozenset(LogLine.Source.values)
 _STREAMS = frozenset(LogLine.Stream.values)
 
@@ -64,67 +80,31 @@ def parse_batch(payload: object) -> list[IncomingLine]:
             raise InvalidRequest("A line must be an object.", param=param)
         seq, ts, message = raw.get("seq"), raw.get("ts"), raw.get("message")
         source, stream = raw.get("source", "user"), raw.get("stream", "stdout")
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-            raise InvalidRequest("seq must be a whole number from 1.", param=f"{param}.seq")
+        if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= MAX_SEQ:
+            raise InvalidRequest(
+                f"seq must be a whole number from 1 to {MAX_SEQ}.", param=f"{param}.seq"
+            )
         try:
-            timestamp = datetime.fromisoformat(ts)
+            timestamp = datetime.fromisoformat(ts if isinstance(ts, str) else None)
         except (TypeError, ValueError) as exc:
             raise InvalidRequest("ts must be an ISO 8601 time.", param=f"{param}.ts") from exc
         if timestamp.tzinfo is None:
             raise InvalidRequest("ts must carry a time zone.", param=f"{param}.ts")
-        if source not in _SOURCES:
+        if not isinstance(source, str) or source not in _SOURCES:
             raise InvalidRequest("source must be user or system.", param=f"{param}.source")
-        if stream not in _STREAMS:
+        if not isinstance(stream, str) or stream not in _STREAMS:
             raise InvalidRequest("stream must be stdout or stderr.", param=f"{param}.stream")
         if not isinstance(message, str):
             raise InvalidRequest("message must be a string.", param=f"{param}.message")
-        parsed.append(
-            IncomingLine(
-                seq, timestamp, source, stream, message[:MAX_MESSAGE_CHARS].replace("\x00", "")
-            )
-        )
+        parsed.append(IncomingLine(seq, timestamp, source, stream, _storable(message)))
     return parsed
 
 
-class _MaskerCache:
-    """Maskers per attempt for a minute, so a batch costs no decryption."""
-
-    ttl_s = 60.0
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._items: dict[int, tuple[float, Masker]] = {}
-
-    def get(self, attempt: Attempt, job: Job) -> Masker:
-        now = time.monotonic()
-        with self._lock:
-            hit = self._items.get(attempt.pk)
-            if hit and now - hit[0] < self.ttl_s:
-                return hit[1]
-        values = (
-            list(
-                resolve_secret_env(
-                    organization=job.organization, secret_env=job.spec["container"]["secret_env"]
-                ).values()
-            )
-            if job.spec["container"].get("secret_env")
-            else []
-        )
-        masker = Masker(values)
-        with self._lock:
-            self._items[attempt.pk] = (now, masker)
-        return masker
-
-
-maskers = _MaskerCache()
-
-
-def secret_masker(attempt: Attempt, job: Job) -> Masker:
-    try:
-        return maskers.get(attempt, job)
-    except InvalidRequest:
-        # A secret deleted since launch: nothing left to resolve, so nothing to mask with.
-        return Masker([])
+def _storable(message: str) -> str:
+    """`message` cut to MAX_MESSAGE_CHARS as text PostgreSQL can hold: no NUL, and a lone
+    surrogate (which a JSON `\\ud800` escape decodes to; it has no UTF-8 form) becomes
+    U+FFFD, as the runner's own decoding with replacement would have made it."""
+    return _SURROGATES.sub("\ufffd", message[:MAX_MESSAGE_CHARS].replace("\x00", ""))
 
 
 def ingest(*, attempt: Attempt, job: Job, lines: list[IncomingLine]) -> IngestResult:
@@ -136,13 +116,58 @@ def ingest(*, attempt: Attempt, job: Job, lines: list[IncomingLine]) -> IngestRe
         inserted = _insert(job.pk, attempt.number, lines, messages)
         if inserted:
             user = sum(1 for row in inserted if row[2] == LogLine.Source.USER)
-            metric_ids = _store_metrics(job, attempt.number, inserted)
-            _record_grading(job, attempt.number, inserted)
+            dropped = _Dropped()
+            metric_ids = _store_parsed(job, attempt.number, inserted, dropped)
             seq = push.bump_live_seq(job.pk, user_lines=user, system_lines=len(inserted) - user)
             push.push_on_commit(
                 job=job, seq=seq, log_ids=[row[0] for row in inserted], metric_ids=metric_ids
             )
+            if dropped.notes:
+                services.system_log(job=job, attempt=attempt.number, message=dropped.message())
     return IngestResult(accepted=len(inserted), duplicates=len(lines) - len(inserted))
+
+
+@dataclass
+class _Dropped:
+    """What a batch's lines carried that could not be stored, for one system line."""
+
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, note: str) -> None:
+        self.notes.append(note)
+
+    def message(self) -> str:
+        shown = self.notes[:MAX_DROP_NOTES]
+        more = len(self.notes) - len(shown)
+        tail = f"; and {more} more" if more else ""
+        return "Dropped what could not be stored: " + "; ".join(shown) + tail + "."
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _seq_list(seqs: list[int]) -> str:
+    shown = ", ".join(map(str, seqs[:MAX_DROP_NOTES]))
+    return shown + (", …" if len(seqs) > MAX_DROP_NOTES else "")
+
+
+def _store_parsed(job: Job, attempt: int, inserted, dropped: _Dropped) -> list[int]:
+    """Metric points and grading events of the inserted lines, in a savepoint: whatever the
+    database still refuses there costs these writes, never the lines."""
+    try:
+        with transaction.atomic():
+            metric_ids = _store_metrics(job, attempt, inserted, dropped)
+            _record_grading(job, attempt, inserted, dropped)
+            return metric_ids
+    except (DataError, IntegrityError, ValueError) as exc:
+        logger.warning("metrics of a log batch of job %s not stored", job.pk, exc_info=True)
+        seqs = [row[1] for row in inserted]
+        dropped.add(
+            f"the metrics and grading events of lines seq {min(seqs)} to {max(seqs)} "
+            f"(the database refused them: {type(exc).__name__})"
+        )
+        return []
 
 
 def _insert(job_id: int, attempt: int, lines: list[IncomingLine], messages: list[str]):
@@ -185,23 +210,52 @@ def _insert(job_id: int, attempt: int, lines: list[IncomingLine], messages: list
     return inserted
 
 
-def _record_grading(job: Job, attempt: int, inserted) -> None:
+class _TooDeep(Exception):
+    pass
+
+
+def _json_storable(value, depth: int = 0):
+    """`value` (read by json.loads) as `jsonb` can store it: a non-finite number becomes its
+    name ("nan", "inf", "-inf"; JSON has no NaN), NUL is removed from strings and keys, a lone
+    surrogate becomes U+FFFD. Raises _TooDeep past MAX_GRADING_DEPTH levels."""
+    if depth > MAX_GRADING_DEPTH:
+        raise _TooDeep
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return _SURROGATES.sub("\ufffd", value.replace("\x00", ""))
+    if isinstance(value, list):
+        return [_json_storable(item, depth + 1) for item in value]
+    if isinstance(value, dict):
+        return {
+            _json_storable(key, depth + 1): _json_storable(item, depth + 1)
+            for key, item in value.items()
+        }
+    return value  # None, bool, int
+
+
+def _record_grading(job: Job, attempt: int, inserted, dropped: _Dropped) -> None:
     """A workload that grades itself prints `{"type": "grading", ...}` (the built-in trainer
     does): keep the verdict as an event, which the job page shows."""
-    for _, _, source, message in inserted:
+    for _, seq, source, message in inserted:
         if source != LogLine.Source.USER or f'"{protocol.LINE_GRADING}"' not in message:
             continue
         try:
             line = json.loads(message)
+        except RecursionError:
+            dropped.add(f"the grading line seq {seq} (nested too deep to read)")
+            continue
         except ValueError:
             continue
         if isinstance(line, dict) and line.get("type") == protocol.LINE_GRADING:
             verdict = "passed" if line.get("passed") else "failed"
-            # JSON columns take no NaN: a non-finite loss is kept as its name.
-            data = {
-                key: str(value) if isinstance(value, float) and not math.isfinite(value) else value
-                for key, value in line.items()
-            }
+            try:
+                data = _json_storable(line)
+            except _TooDeep:
+                dropped.add(
+                    f"the grading line seq {seq} (nested over {MAX_GRADING_DEPTH} levels deep)"
+                )
+                continue
             services.record_event(
                 job=job,
                 attempt=attempt,
@@ -211,15 +265,22 @@ def _record_grading(job: Job, attempt: int, inserted) -> None:
             )
 
 
-def _store_metrics(job: Job, attempt: int, inserted) -> list[int]:
+def _store_metrics(job: Job, attempt: int, inserted, dropped: _Dropped) -> list[int]:
     points = []
     next_step = None
-    for _, _, source, message in inserted:
+    past_last_step = []
+    for _, seq, source, message in inserted:
         if source != LogLine.Source.USER:
             continue
         metric = parse_metric_line(message)
         if metric is None:
             continue
+        if metric.dropped_keys:
+            keys = ", ".join(_shown(repr(key)) for key in metric.dropped_keys[:MAX_DROP_NOTES])
+            dropped.add(
+                f"from the metric line seq {seq}, the key(s) {keys} "
+                "(NUL and lone surrogate characters cannot be stored)"
+            )
         step = metric.step
         if step is None:
             if next_step is None:
@@ -230,6 +291,9 @@ def _store_metrics(job: Job, attempt: int, inserted) -> list[int]:
                     or 0
                 ) + 1
             step = next_step
+        if step > MAX_STEP:
+            past_last_step.append(seq)
+            continue
         next_step = step + 1
         points.append(
             MetricPoint(
@@ -241,6 +305,12 @@ def _store_metrics(job: Job, attempt: int, inserted) -> list[int]:
                 learning_rate=metric.learning_rate,
                 extra=metric.extra,
             )
+        )
+    if past_last_step:
+        dropped.add(
+            f"{len(past_last_step)} metric line(s) without a step (seq "
+            f"{_seq_list(past_last_step)}): no step is left after {MAX_STEP}, "
+            "the largest that can be stored"
         )
     if not points:
         return []

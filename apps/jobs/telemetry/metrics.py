@@ -15,9 +15,11 @@ must carry a real number (not a bool, not a numeric string) under `loss`, `eval_
 `train_loss` or `step`. nanoGPT lines must start the line after optional whitespace.
 
 What comes back: `loss` keeps NaN and infinity, because a diverging run must be noticed;
-`epoch` and `learning_rate` are finite or None; `extra` holds only finite numbers, so it can
-be stored as JSON; `step` is an integer in the range `MetricPoint.step` can hold, or None
-when the line carries none (or an unusable one) and the caller numbers it.
+`epoch` and `learning_rate` are finite or None; `extra` holds only finite numbers under keys
+PostgreSQL's `jsonb` can store (no NUL, no lone surrogate: `storable_text`), so it can be
+stored as JSON; a key it cannot store is named in `dropped_keys`, for the caller to report;
+`step` is an integer in the range `MetricPoint.step` can hold, or None when the line carries
+none (or an unusable one) and the caller numbers it.
 
 The function is pure and does not touch the database. Most log lines are not metrics, so it
 turns them away on their first character and a substring test; only a line that starts with
@@ -48,6 +50,10 @@ _OWN_KEYS = frozenset({"loss", "epoch", "learning_rate", "lr", "step", "type"})
 # say) is not a metric even though it carries a step.
 _METRICS_TYPE = "metrics"
 
+# Characters no PostgreSQL text or `jsonb` value can hold: NUL, and the UTF-16 surrogates
+# (a JSON `\ud800` escape decodes to one, and it has no UTF-8 form).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
 _NUMBER = r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?(?:nan|inf)"
 # nanoGPT's train.py prints
 #   f"iter {iter_num}: loss {lossf:.4f}, time {dt*1000:.2f}ms, mfu {running_mfu*100:.2f}%"
@@ -73,6 +79,13 @@ class ParsedMetric:
     epoch: float | None
     learning_rate: float | None
     extra: dict[str, float]
+    # Keys of numbers left out of `extra` because the database cannot store them.
+    dropped_keys: tuple[str, ...] = ()
+
+
+def storable_text(text: str) -> bool:
+    """Whether PostgreSQL can store `text` (as text or inside `jsonb`)."""
+    return _UNSTORABLE.search(text) is None
 
 
 def parse_metric_line(message: str) -> ParsedMetric | None:
@@ -159,12 +172,16 @@ def _from_mapping(data: dict[Any, Any]) -> ParsedMetric | None:
         for key, value in data.items()
         if isinstance(key, str) and key not in _OWN_KEYS and (number := _finite(value)) is not None
     }
+    dropped = tuple(key for key in extra if not storable_text(key))
+    for key in dropped:
+        del extra[key]
     return _metric(
         step=_step(data.get("step")),
         loss=_as_float(data.get("loss")),
         epoch=_finite(data.get("epoch")),
         learning_rate=learning_rate,
         extra=extra,
+        dropped_keys=dropped,
     )
 
 
@@ -203,11 +220,19 @@ def _metric(
     epoch: float | None,
     learning_rate: float | None,
     extra: dict[str, float],
+    dropped_keys: tuple[str, ...] = (),
 ) -> ParsedMetric | None:
     """A ParsedMetric, or None when nothing usable is left (e.g. `{"step": -1}`)."""
     if step is None and loss is None and epoch is None and learning_rate is None and not extra:
         return None
-    return ParsedMetric(step=step, loss=loss, epoch=epoch, learning_rate=learning_rate, extra=extra)
+    return ParsedMetric(
+        step=step,
+        loss=loss,
+        epoch=epoch,
+        learning_rate=learning_rate,
+        extra=extra,
+        dropped_keys=dropped_keys,
+    )
 
 
 def _as_float(value: object) -> float | None:

@@ -22,8 +22,15 @@ counts live attempts in the database).
   reconcile pass can never start the workload twice.
 - `terminate` starts a small detached reaper (SIGTERM to the group, SIGKILL after the grace
   period) and returns at once, so no Celery task waits out a grace period.
+- `terminate`, `release` and the reaper signal a host runner's process group only while it
+  is still the recorded one: its leader the runner the handle names (pid and start time), or,
+  once the runner is gone, only the members that carry the attempt's
+  TRAINYARD_JOB_ID/TRAINYARD_ATTEMPT (`procfs.group_targets`). A reused number is left alone.
 - The runner's environment is built from scratch: the control plane's own variables
   (DATABASE_URL, SECRET_KEY, ...) never reach a workload, in any runtime.
+- The runner token is in no environment: it is written to `runner.token` (mode 0600) in the
+  work directory, and the runner is given only that file's path
+  (TRAINYARD_RUNNER_TOKEN_FILE), which it reads and deletes before the workload starts.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import logging
 import os
 import pwd
 import shlex
+import signal
 import stat
 import subprocess
 import sys
@@ -67,36 +75,8 @@ RUNTIMES = ("host", "podman", "docker")
 logger = logging.getLogger(__name__)
 
 PASSED_THROUGH_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER")
-
-# Runs detached: SIGTERM the group, wait for it to empty (zombies do not count), SIGKILL.
-_REAPER = r"""
-import os, signal, sys, time
-pgid, grace = int(sys.argv[1]), float(sys.argv[2])
-def members():
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                raw = open(f"/proc/{entry}/stat", "rb").read().decode(errors="replace")
-            except OSError:
-                continue
-            fields = raw[raw.rindex(")") + 2:].split()
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                found.append(entry)
-    return found
-try:
-    os.killpg(pgid, signal.SIGTERM)
-except ProcessLookupError:
-    sys.exit(0)
-deadline = time.monotonic() + grace
-while members() and time.monotonic() < deadline:
-    time.sleep(0.1)
-if members():
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-"""
+# In the attempt's work directory until the runner has read it (it deletes it then).
+TOKEN_FILE = "runner.token"
 
 
 @cache
@@ -172,6 +152,7 @@ class LocalBackend(Backend):
         name = container_name(request.job_id, request.attempt)
         if containers.state(name).status == "missing":
             containers.ensure_image(request.image, pull_timeout_s=settings.IMAGE_PULL_TIMEOUT_S)
+            token_file = _write_token(workdir, bootstrap.token)
             spec = RunSpec(
                 name=name,
                 image=request.image,
@@ -182,13 +163,17 @@ class LocalBackend(Backend):
                     "PYTHONUNBUFFERED": "1",
                     protocol.ENV_CONTROL_URL: bootstrap.control_url,
                     protocol.ENV_JOB_ID: bootstrap.job_id,
-                    protocol.ENV_RUNNER_TOKEN: bootstrap.token,
+                    protocol.ENV_RUNNER_TOKEN_FILE: f"{WORKDIR_MOUNT}/{TOKEN_FILE}",
                     protocol.ENV_WORKDIR: WORKDIR_MOUNT,
                 },
                 gpu_count=request.gpu_count if request.accelerator != "cpu" else 0,
                 labels={"trainyard.job": request.job_id, "trainyard.attempt": str(request.attempt)},
             )
-            containers.run(spec, host_env=_cli_env())
+            try:
+                containers.run(spec, host_env=_cli_env())
+            except Exception:
+                token_file.unlink(missing_ok=True)  # no runner will read it
+                raise
         return {"runtime": self.runtime, "container": name, "workdir": str(workdir)}
 
     def _start_runner(self, workdir: Path, bootstrap: Bootstrap) -> Handle:
@@ -202,13 +187,14 @@ class LocalBackend(Backend):
                 ),
                 "PYTHONPATH": str(settings.BASE_DIR),
                 "PYTHONUNBUFFERED": "1",
-                "TRAINYARD_CONTROL_URL": bootstrap.control_url,
-                "TRAINYARD_JOB_ID": bootstrap.job_id,
-                "TRAINYARD_RUNNER_TOKEN": bootstrap.token,
-                "TRAINYARD_WORKDIR": str(workdir),
+                protocol.ENV_CONTROL_URL: bootstrap.control_url,
+                protocol.ENV_JOB_ID: bootstrap.job_id,
+                protocol.ENV_WORKDIR: str(workdir),
             }
         )
         user = self._run_as(python)
+        token_file = _write_token(workdir, bootstrap.token)
+        env[protocol.ENV_RUNNER_TOKEN_FILE] = str(token_file)
         identity: dict[str, Any] = {}
         if user is not None:
             _chown_tree(workdir, user.pw_uid, user.pw_gid)
@@ -228,6 +214,7 @@ class LocalBackend(Backend):
                     **identity,
                 )
         except OSError as exc:
+            token_file.unlink(missing_ok=True)  # no runner will read it
             raise PermanentBackendError(f"could not start the runner: {exc}") from exc
         info = procfs.stat(process.pid)
         return {
@@ -235,6 +222,12 @@ class LocalBackend(Backend):
             "pgid": process.pid,
             "start_ticks": info.start_ticks if info else None,
             "workdir": str(workdir),
+            # What only this attempt's workload carries: it tells its processes apart once
+            # the runner (the group's leader) is gone.
+            "markers": [
+                f"{protocol.ENV_JOB_ID}={bootstrap.job_id}",
+                f"{protocol.ENV_ATTEMPT}={bootstrap.attempt}",
+            ],
         }
 
     def _run_as(self, python: str) -> pwd.struct_passwd | None:
@@ -288,10 +281,11 @@ class LocalBackend(Backend):
         if "container" in handle:
             self.containers.stop_detached(handle["container"], grace_s)
             return
-        if not procfs.group_members(handle["pgid"]):
-            return
+        group = _group(handle)
+        if not procfs.group_members(group[0]) or not procfs.group_targets(*group):
+            return  # gone, or the number is another group's now
         subprocess.Popen(
-            [sys.executable, "-c", _REAPER, str(handle["pgid"]), str(grace_s)],
+            procfs.reaper_argv(sys.executable, *group, grace_s),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -305,10 +299,11 @@ class LocalBackend(Backend):
         already in the database), locked away from later attempts' users."""
         if "container" in handle:
             self.containers.remove(handle["container"])
-        elif procfs.group_members(handle["pgid"]):
-            with suppress(ProcessLookupError):
-                os.killpg(handle["pgid"], 9)
+        else:
+            procfs.signal_group(*_group(handle), signal.SIGKILL)
         workdir = Path(handle["workdir"])
+        # A runner that never ran left its token behind.
+        (workdir / TOKEN_FILE).unlink(missing_ok=True)
         if os.geteuid() == 0 and workdir.is_dir():
             os.chown(workdir, 0, 0)
             workdir.chmod(0o700)
@@ -360,6 +355,28 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
     for path in (root, *root.rglob("*")):
         with suppress(FileNotFoundError):
             os.chown(path, uid, gid, follow_symlinks=False)
+
+
+def _group(handle: Handle) -> tuple[int, int, int | None, list[str]]:
+    """A host handle's process group as `procfs.group_targets` takes it: pgid, the leader's
+    pid and start time, and the markers of the attempt's workload (none in old handles)."""
+    return (
+        int(handle["pgid"]),
+        int(handle["pid"]),
+        handle.get("start_ticks"),
+        list(handle.get("markers") or []),
+    )
+
+
+def _write_token(workdir: Path, token: str) -> Path:
+    """Write the runner token to a file of the work directory only its owner may read, and
+    return its path. A file left by an earlier try is replaced."""
+    path = workdir / TOKEN_FILE
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(token)
+    return path
 
 
 def _read_handle(workdir: Path) -> Handle | None:

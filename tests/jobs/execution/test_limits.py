@@ -90,3 +90,32 @@ def test_the_clock_scale_speeds_accounted_time(org, settings):
 def test_limits_give_no_grace_and_a_cancel_does():
     assert limits.grace_for("max_cost") == 0
     assert limits.grace_for("cancelled") > 0
+
+
+def test_every_attempt_bills_at_least_one_minute_from_its_allocation(org):
+    job = _running(org, minutes_ago=0)
+    assert attempts.bill(job) == 600_000 // 60  # allocated a moment ago: one minute already
+    attempt = Attempt.objects.get(job=job)
+    Attempt.objects.filter(pk=attempt.pk).update(
+        ended_at=attempt.allocated_at + timedelta(seconds=2)
+    )
+    assert attempts.bill(Job.objects.get(pk=job.pk)) == 600_000 // 60
+    assert Attempt.objects.get(pk=attempt.pk).billed_minutes == 1
+
+
+def test_a_workload_that_keeps_ending_at_once_pays_a_minute_for_each_attempt(org):
+    job = _running(org, minutes_ago=0)
+    first = Attempt.objects.get(job=job)
+    Attempt.objects.filter(pk=first.pk).update(ended_at=first.allocated_at + timedelta(seconds=5))
+    Job.objects.filter(pk=job.pk).update(attempt_count=2)
+    Attempt.objects.create(
+        job=job,
+        number=2,
+        accelerator="cpu",
+        gpu_count=1,
+        price_micros_hr=600_000,
+        allocated_at=timezone.now() - timedelta(seconds=20),
+        ended_at=timezone.now() - timedelta(seconds=1),
+    )
+    assert attempts.bill(Job.objects.get(pk=job.pk)) == 2 * 600_000 // 60
+    assert list(Attempt.objects.filter(job=job).values_list("billed_minutes", flat=True)) == [1, 1]

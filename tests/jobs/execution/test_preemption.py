@@ -29,6 +29,12 @@ def state(job: Job) -> str:
     return Job.objects.get(pk=job.pk).state
 
 
+def reclaimed(attempt: Attempt) -> None:
+    """What a provider's reclaim does: recorded on the attempt, then SIGTERM, exit 143."""
+    Attempt.objects.filter(pk=attempt.pk).update(reclaim_reason="reclaimed")
+    supervision.runner_exited(attempt.pk, 143)
+
+
 def test_a_standard_job_displaces_the_most_recently_started_preemptible_attempt(org, slots):
     slots(2)
     older = running(submit(org, slots, priority="preemptible"), started_minutes_ago=30)
@@ -122,7 +128,8 @@ def test_a_preempted_job_waits_past_the_no_capacity_timeout(org, slots, settings
     ("mark", "exit_code", "reason"),
     [
         ({"reclaim_reason": "reclaimed"}, 1, "reclaimed"),
-        ({}, 143, "reclaimed"),  # SIGTERM from outside: the host is going away
+        ({"reclaim_reason": "reclaimed"}, 143, "reclaimed"),  # the provider's SIGTERM
+        ({"reclaim_reason": "heartbeat_lost"}, 137, "reclaimed"),  # we killed a silent one
     ],
 )
 def test_a_reclaim_preempts_the_job(org, slots, mark, exit_code, reason):
@@ -133,6 +140,29 @@ def test_a_reclaim_preempts_the_job(org, slots, mark, exit_code, reason):
     job = Job.objects.get(pk=attempt.job_id)
     assert (job.state, job.reason) == (JobState.PREEMPTED, reason)
     assert Attempt.objects.get(pk=attempt.pk).end_reason == "reclaimed"
+
+
+def test_an_exit_143_nobody_reported_is_the_workloads_own_and_fails_the_job(org, slots):
+    # A workload may exit 143 (or SIGTERM itself, or its runner) whenever it likes: were that
+    # a reclaim, it would run again, PREEMPTION_MAX_PER_JOB times, each attempt nearly free.
+    slots(1)
+    attempt = running(submit(org, slots))
+    supervision.runner_exited(attempt.pk, 143)
+    supervision.finalize(attempt.job_id)
+    job = Job.objects.get(pk=attempt.job_id)
+    assert (job.state, job.reason, job.exit_code) == (JobState.FAILED, "exit_code_143", 143)
+    assert job.preemption_count == 0 and job.attempt_count == 1
+    assert Attempt.objects.get(pk=attempt.pk).end_reason == "exit_code_143"
+    assert not dispatch.allocate(job.pk)  # nothing runs again
+
+
+def test_an_exit_143_after_a_displacement_is_a_preemption(org, slots):
+    slots(1)
+    victim = running(submit(org, slots, priority="preemptible"))
+    dispatch.allocate(submit(org, slots).pk)
+    supervision.runner_exited(victim.pk, 143)
+    job = Job.objects.get(pk=victim.job_id)
+    assert (job.state, job.reason) == (JobState.PREEMPTED, "preempted_by")
 
 
 def test_an_exit_143_we_asked_for_is_a_termination_and_an_exit_1_a_failure(org, slots):
@@ -165,10 +195,10 @@ def test_past_the_cap_a_preempted_job_fails_too_many_preemptions(org, slots, set
     slots(1)
     job = submit(org, slots)
     first = running(job)
-    supervision.runner_exited(first.pk, 143)
+    reclaimed(first)
     assert state(job) == JobState.PREEMPTED
     second = running(job)
-    supervision.runner_exited(second.pk, 143)
+    reclaimed(second)
     job.refresh_from_db()
     assert (job.state, job.reason) == (JobState.FAILED, "too_many_preemptions")
     assert job.preemption_count == 2
@@ -181,7 +211,7 @@ def test_a_resumed_attempt_supersedes_the_steps_it_trains_again(org, slots):
     first = running(job)
     for step in range(1, 8):
         MetricPoint.objects.create(job=job, attempt=1, step=step, loss=10 - step)
-    supervision.runner_exited(first.pk, 143)
+    reclaimed(first)
     second = dispatch.allocate(job.pk)
     services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
     supervision.runner_started(second.pk, resumed_from_step=5)
@@ -201,7 +231,7 @@ def test_a_restart_without_a_checkpoint_says_so_and_supersedes_every_step(org, s
     job = submit(org, slots)
     first = running(job)
     MetricPoint.objects.create(job=job, attempt=1, step=1, loss=3.0)
-    supervision.runner_exited(first.pk, 143)
+    reclaimed(first)
     second = dispatch.allocate(job.pk)
     services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
     supervision.runner_started(second.pk, resumed_from_step=None)

@@ -371,3 +371,9 @@ def test_it_turns_plain_lines_away_before_any_parser(monkeypatch, line):
     monkeypatch.setattr(metrics, "_parse_dict", fail)
 
     assert parse_metric_line(line) is None
+
+
+def test_it_leaves_out_keys_the_database_cannot_store_and_names_them():
+    parsed = parse_metric_line('{"loss": 1, "k\\u0000": 2, "\\ud800": 3, "ok": 4}')
+    assert parsed.extra == {"ok": 4.0}
+    assert parsed.dropped_keys == ("k\0", "\ud800")
