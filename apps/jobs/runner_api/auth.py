@@ -99,13 +99,6 @@ def runner_endpoint(view: Callable) -> Callable:
     return wrapped
 
 
-def _json_body(request: HttpRequest) -> object:
-    try:
-        return json.loads(request.body or b"{}")
-    except ValueError as exc:
-        raise InvalidRequest("The body is not valid JSON.") from exc
-
-
 def json_body(request: HttpRequest) -> object:
     """The request's JSON body. A body over DATA_UPLOAD_MAX_MEMORY_SIZE is a 413
     `payload_too_large`, one that is not JSON or is nested too deeply to read a 400."""
