@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from apps.jobs.execution.dispatch import allocate
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt
@@ -31,3 +33,12 @@ def launch_args(
         token=token_for(attempt.token_nonce),
     )
     return backend_for(attempt.provider), request, bootstrap, attempt
+
+
+def reachable_by_everyone(path: Path) -> None:
+    """Let an unprivileged runner reach `path`: pytest makes its temporary directories
+    private to the user running the tests."""
+    path.chmod(0o755)
+    for parent in path.parents:
+        if str(parent).startswith("/tmp/pytest-of") and not parent.stat().st_mode & 0o001:
+            parent.chmod(parent.stat().st_mode | 0o001)

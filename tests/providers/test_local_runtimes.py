@@ -16,7 +16,7 @@ from apps.providers.models import Provider
 from tests.containers import containers_of_job
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
-from tests.providers.helpers import launch_args
+from tests.providers.helpers import launch_args, reachable_by_everyone
 
 
 def _spec(**overrides) -> RunSpec:
@@ -120,10 +120,7 @@ def test_a_host_runner_runs_as_nobody_and_cannot_read_the_control_planes_environ
     settings, tmp_path, live_server
 ):
     settings.LOCAL_WORK_DIR = tmp_path / "work"
-    tmp_path.chmod(0o755)  # the work root must be reachable by the unprivileged user
-    for parent in tmp_path.parents:
-        if parent.stat().st_mode & 0o001 == 0 and str(parent).startswith("/tmp/pytest-of"):
-            parent.chmod(parent.stat().st_mode | 0o001)
+    reachable_by_everyone(tmp_path)  # the work root, for the unprivileged runner
     Provider.objects.filter(name="local").update(
         config={"runtime": "host", "python": "/usr/bin/python3"}
     )

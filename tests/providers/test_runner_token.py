@@ -9,7 +9,7 @@ import pytest
 from apps.providers.models import Provider
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
-from tests.providers.helpers import launch_args
+from tests.providers.helpers import launch_args, reachable_by_everyone
 
 # The workload knows the token only as hex (its argv is logged): it reports what it can read.
 LOOK = """
@@ -32,10 +32,7 @@ print("runner.token" in names, holding)
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_workload_of_the_runners_user_cannot_reach_the_token(settings, tmp_path, live_server):
     settings.LOCAL_WORK_DIR = tmp_path / "work"
-    tmp_path.chmod(0o755)  # the work root must be reachable by the unprivileged user
-    for parent in tmp_path.parents:
-        if parent.stat().st_mode & 0o001 == 0 and str(parent).startswith("/tmp/pytest-of"):
-            parent.chmod(parent.stat().st_mode | 0o001)
+    reachable_by_everyone(tmp_path)  # the work root, for the unprivileged runner
     Provider.objects.filter(name="local").update(
         config={"runtime": "host", "python": "/usr/bin/python3"}
     )

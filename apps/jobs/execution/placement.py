@@ -147,14 +147,10 @@ def held_for_others(offer: Offer, job) -> int:
 
 
 def _held_by_another_tenant(offer: Offer, job) -> bool:
-    """On a single-tenant provider (workloads there can see each other), while another
-    organization's attempt is live on any of its offers. Read under the offer's lock."""
-    if not single_tenant(offer.provider):
-        return False
-    # Serialises placements on the provider's offers, not only on this one.
-    Provider.objects.select_for_update().filter(pk=offer.provider_id).first()
+    """Whether another organization's attempt is live on any offer of `offer`'s provider.
+    Call with the provider's row locked."""
     return (
-        Attempt.objects.filter(provider=offer.provider, ended_at__isnull=True)
+        Attempt.objects.filter(provider_id=offer.provider_id, ended_at__isnull=True)
         .exclude(job__organization_id=job.organization_id)
         .exists()
     )
@@ -170,16 +166,21 @@ def lock_offer_with_capacity(job) -> Offer | None:
         max_price_micros_hr=job.max_price_micros_hr,
         markets=markets_for(job.priority_class),
     ):
+        # A single-tenant provider's row is locked before its offer's (always in that
+        # order), so placements on any of its offers take turns.
+        tenant_bound = single_tenant(candidate.provider)
+        if reads_host_paths and not tenant_bound:
+            continue  # a path on the host is no one else's business, and no container's
+        if tenant_bound:
+            Provider.objects.select_for_update().filter(pk=candidate.provider_id).first()
         offer = (
             Offer.objects.select_for_update(of=("self",))
             .select_related("provider", "accelerator")
             .filter(pk=candidate.pk, enabled=True, provider__enabled=True)
             .first()
         )
-        if offer is None or _held_by_another_tenant(offer, job):
+        if offer is None or (tenant_bound and _held_by_another_tenant(offer, job)):
             continue
-        if reads_host_paths and not single_tenant(offer.provider):
-            continue  # a path on the host is no one else's business, and no container's
         used = (
             offer.attempts.filter(ended_at__isnull=True).aggregate(used=Sum("gpu_count"))["used"]
             or 0

@@ -98,6 +98,10 @@ class _MaskerCache:
                 return hit[1]
         masker = Masker(mask_values(job))
         with self._lock:
+            # Expired entries go as new ones come, so a long-lived process keeps only the
+            # attempts that sent lines in the last minute.
+            for stale in [pk for pk, (at, _) in self._items.items() if now - at >= self.ttl_s]:
+                del self._items[stale]
             self._items[attempt.pk] = (now, masker)
         return masker
 
