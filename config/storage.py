@@ -9,7 +9,7 @@ environment (`STORAGE_BACKEND` and the `S3_*` variables, see `.env.example`).
   (instance role, `~/.aws`, `AWS_*` variables) provides the credentials.
 
 Objects are never overwritten (`file_overwrite` off): a second file under a taken name gets
-a free name beside it, as on the filesystem, which `apps.jobs.artifacts` relies on. Nothing
+a free name beside it, as on the filesystem, which `apps.jobs.artifacts.store` relies on. Nothing
 here ever puts the secret key into a message.
 """
 

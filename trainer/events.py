@@ -1,6 +1,6 @@
 """The JSON lines the trainer prints to stdout, one object per line, flushed at once.
 
-The control plane parses every log line with `apps.jobs.metrics_parsing.parse_metric_line`:
+The control plane parses every log line with `apps.jobs.telemetry.metrics.parse_metric_line`:
 a line whose `type` is `metrics` becomes a metric point; a line with any other `type` is
 ignored there and is for whoever reads the log (the checkpoint and adapter paths).
 
@@ -13,7 +13,7 @@ ignored there and is for whoever reads the log (the checkpoint and adapter paths
 - `stopped`: `step` (null before training began), `signal`, `checkpoint` (the path of this
   run's last checkpoint, or null); a signal stopped training early.
 - `grading`: `eval_loss_before`, `eval_loss_after`, `passed`, `reason` (null when passed).
-  `apps.jobs.ingestion` keeps it as the job's `grading` event.
+  `apps.jobs.telemetry.ingestion` keeps it as the job's `grading` event.
 - `adapter`: `path`; the final adapter passed grading and is written. The runner uploads it.
 - `adapter_rejected`: `path`; grading failed, and the adapter is kept there for a person to
   inspect. The runner does not upload it.

@@ -1,6 +1,6 @@
 """Jobs in the admin are for looking, not editing: state changes go through the services.
 The one operator action, "reclaim", takes a running job's hardware back as a provider would
-(apps.jobs.preemption.reclaim_attempt)."""
+(apps.jobs.execution.preemption.reclaim_attempt)."""
 
 from django.contrib import admin, messages
 

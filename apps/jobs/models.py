@@ -78,7 +78,7 @@ class Job(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     attempt_count = models.PositiveIntegerField(default=0)
     # Times the job lost its hardware to a higher-priority job or a reclaim; past
-    # PREEMPTION_MAX_PER_JOB it fails `too_many_preemptions` (apps.jobs.preemption).
+    # PREEMPTION_MAX_PER_JOB it fails `too_many_preemptions` (apps.jobs.execution.preemption).
     preemption_count = models.PositiveIntegerField(default=0)
     # Deliveries of dispatch work since the job last moved on; too many means a task keeps
     # crashing on this job, which then fails (`dispatch_crash`) instead of looping.
@@ -166,7 +166,7 @@ class Attempt(models.Model):
     price_micros_hr = models.BigIntegerField(default=0)
     # The backend's handle for this attempt (pid, pod name, slurm id...); {} until launched.
     handle = models.JSONField(default=dict, blank=True)
-    # The runner token is derived from this nonce and SECRET_KEY (apps.jobs.tokens), so it
+    # The runner token is derived from this nonce and SECRET_KEY (apps.jobs.execution.tokens), so it
     # can be handed out again on a relaunch without storing it.
     token_nonce = models.CharField(max_length=32, unique=True, default=new_token_nonce)
     # The secret values this attempt's runner was told to mask, as one Fernet token

@@ -66,7 +66,7 @@ def allocate(job_id: int) -> Attempt | None:
     """Place a waiting job on the cheapest offer with room: create its Attempt with the
     price captured now (billing starts here) and move it to `allocating` (a preempted job
     goes back through `requested`). Without capacity a standard job displaces a preemptible
-    one (apps.jobs.preemption) and waits for its place; a new job that still finds none
+    one (apps.jobs.execution.preemption) and waits for its place; a new job that still finds none
     after NO_CAPACITY_TIMEOUT_S fails `no_capacity`. A preempted job keeps waiting."""
     with transaction.atomic():
         job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()

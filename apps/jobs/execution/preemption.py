@@ -5,7 +5,7 @@ job that lost its hardware waits in `preempted` until it is placed again (docs/p
   live attempt of a preemptible job on an offer it could use (`displace_for`). The attempt
   is marked (`preempt_requested_at`, `preempted_by`); its runner's next heartbeat answer is
   `checkpoint_and_exit`. Once it has ended, the capacity it held is reserved for the job that
-  displaced it (apps.providers.placement) until that job is placed.
+  displaced it (apps.jobs.execution.placement) until that job is placed.
 - Reclaims: an operator's or provider's reclaim (`reclaim_attempt`: recorded on the attempt
   before the SIGTERM), a backend poll that says `reclaimed`, a lapsed heartbeat, or a runner
   that vanished. An exit code alone is never a reclaim: a workload that exits 143 when

@@ -1,5 +1,5 @@
 """Websockets for live pages. A consumer authorises, joins a group and forwards what the
-broadcaster rendered (apps.jobs.realtime) — no rendering per viewer here.
+broadcaster rendered (apps.jobs.live.push) — no rendering per viewer here.
 
 Authorisation is not only at connect: before forwarding a push, a socket checks again that
 its user is still an active member who can see the job (or project), at most once every
@@ -52,7 +52,7 @@ def sockets_key(user_id: int) -> str:
 
 
 async def _watchers(group: str, delta: int) -> None:
-    """Count this page in or out of the group's watchers (see apps.jobs.realtime)."""
+    """Count this page in or out of the group's watchers (see apps.jobs.live.push)."""
     client = aioredis.Redis.from_url(settings.REDIS_URL)
     try:
         key = watch_key(group)
