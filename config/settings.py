@@ -261,13 +261,15 @@ API_KEY_TOUCH_INTERVAL_S = env_int("API_KEY_TOUCH_INTERVAL_S", 60)
 # Where the ASGI server listens (the Procfile's `web` reads the same variables).
 WEB_HOST = env_str("WEB_HOST", "127.0.0.1")
 WEB_PORT = env_int("WEB_PORT", 8000)
-# The URL runners use to reach this control plane (they may run on other hosts). Unset, it
-# follows the server's own port, so a stack moved off 8000 never sends its runners to
-# whatever else serves 8000; a server bound to every interface is reached on loopback.
+# The server's own address on this host (a server bound to every interface is reached on
+# loopback): what `seed_demo` and the web healthcheck name.
 _WEB_HOST_FOR_URL = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(
     WEB_HOST, f"[{WEB_HOST}]" if ":" in WEB_HOST else WEB_HOST
 )
-TRAINYARD_PUBLIC_URL = env_str("TRAINYARD_PUBLIC_URL", f"http://{_WEB_HOST_FOR_URL}:{WEB_PORT}")
+WEB_URL = f"http://{_WEB_HOST_FOR_URL}:{WEB_PORT}"
+# The URL runners use to reach this control plane (they may run on other hosts). Unset, it
+# is WEB_URL, so a stack moved off 8000 never sends its runners to whatever serves 8000.
+TRAINYARD_PUBLIC_URL = env_str("TRAINYARD_PUBLIC_URL", WEB_URL)
 # Injected into every workload as HF_ENDPOINT when set (a Hugging Face compatible hub).
 TRAINYARD_HF_ENDPOINT = env_str("TRAINYARD_HF_ENDPOINT", "")
 # Where the local provider keeps per-attempt work directories.

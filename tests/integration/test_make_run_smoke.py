@@ -51,7 +51,7 @@ def test_sign_in_and_see_the_project_list_on_the_real_server(tmp_path, database_
     env.pop("SECRETS_KEYS", None)
     manage("migrate", "--noinput", env=env)
     seeded = manage("seed_demo", env=env).stdout
-    assert "as demo / smoke-test-password" in seeded
+    assert f"sign in at http://127.0.0.1:{port}/ as demo / smoke-test-password" in seeded
     assert "(unless it was changed since)" in manage("seed_demo", env=env).stdout
     manage("collectstatic", "--noinput", env=env)
 

@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from celery import current_app as app  # the project's app: config/__init__.py loads it
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 
@@ -20,7 +21,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("process", choices=["web", "worker", "beat"])
-        parser.add_argument("--url", default="http://127.0.0.1:8000/healthz")
+        parser.add_argument("--url", default=f"{settings.WEB_URL}/healthz")
         parser.add_argument("--pidfile", default="/tmp/celerybeat.pid")
 
     def handle(self, *args, process: str, url: str, pidfile: str, **options) -> None:

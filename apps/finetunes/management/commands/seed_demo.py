@@ -3,6 +3,7 @@ in with. Safe to run any number of times; it never resets a password that was ch
 
 import os
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
@@ -44,7 +45,7 @@ class Command(BaseCommand):
         )
         shown = password if created else f"{password} (unless it was changed since)"
         self._seed_finetune_assets()
-        self.stdout.write(f"Demo ready: sign in at http://127.0.0.1:8000/ as {DEMO_USER} / {shown}")
+        self.stdout.write(f"Demo ready: sign in at {settings.WEB_URL}/ as {DEMO_USER} / {shown}")
 
     def _seed_finetune_assets(self) -> None:
         """A tiny base model (built here, no hub download) and a small dataset in each
