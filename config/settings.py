@@ -299,7 +299,7 @@ PREEMPTION_MAX_PER_JOB = env_int("PREEMPTION_MAX_PER_JOB", 10)
 NO_CAPACITY_TIMEOUT_S = env_float("NO_CAPACITY_TIMEOUT_S", 3600.0)
 # Reconcile re-dispatches waiting jobs when capacity freed, else every DISPATCH_SWEEP_S, at
 # most RECONCILE_DISPATCH_BATCH a pass, taking organizations in turn.
-DISPATCH_SWEEP_S = env_float("DISPATCH_SWEEP_S", 60.0)
+DISPATCH_SWEEP_S = env_float("DISPATCH_SWEEP_S", 15.0)
 RECONCILE_DISPATCH_BATCH = env_int("RECONCILE_DISPATCH_BATCH", 50)
 # At most this many jobs of one organization wait to be placed (`requested`); more is a
 # 429 `waiting_jobs_limit`.

@@ -29,6 +29,8 @@ STACK_ENV = {
     # The preemption cap test reclaims a job three times.
     "PREEMPTION_MAX_PER_JOB": "2",
     "LAUNCH_STALL_S": "4",
+    # Waiting jobs are swept for dispatch this often besides when capacity frees.
+    "DISPATCH_SWEEP_S": "2",
     "LOG_BATCH_MAX_INTERVAL_S": "0.1",
     # One wall-clock second counts as one minute for runtime limits and billing.
     "TRAINYARD_CLOCK_SCALE": "60",

@@ -244,9 +244,13 @@ def test_a_job_reclaimed_more_often_than_the_cap_fails_too_many_preemptions(api,
             what=f"attempt {number} running",
         )
         wait_for(
-            lambda n=number: Attempt.objects.filter(
-                job__public_id=job_id, number=n, started_at__isnull=False
-            ).exists(),
+            # Started, and its handle recorded: the runner may report `started` before
+            # dispatch has saved the handle a reclaim needs.
+            lambda n=number: (
+                Attempt.objects.filter(job__public_id=job_id, number=n, started_at__isnull=False)
+                .exclude(handle={})
+                .exists()
+            ),
             timeout=30,
             what=f"attempt {number}'s workload started",
         )
