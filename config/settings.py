@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "apps.accounts",
     "apps.projects",
     "apps.catalog",
+    "apps.billing",
     "apps.providers",
     "apps.jobs",
     "apps.finetunes",

@@ -349,3 +349,24 @@ def _fresh_throttles():
     keys = [*client.scan_iter("trainyard:signin:*"), *client.scan_iter("trainyard:throttle:*")]
     if keys:
         client.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def _ledger_balances(request):
+    """After every test that touches the database, before its data is rolled back or
+    flushed: the ledger's accounts sum to zero and every cached balance equals the one
+    recomputed from the transfers."""
+    uses_db = {"db", "transactional_db", "django_db_reset_sequences", "live_stack"}
+    if not (uses_db & set(request.fixturenames) or request.node.get_closest_marker("django_db")):
+        yield
+        return
+    request.getfixturevalue("_django_db_helper")  # set up first, so torn down after this
+    yield
+    from django.db import connection
+
+    from apps.billing import ledger
+
+    if connection.connection is not None and not connection.is_usable():
+        return  # the test closed its connection (and with it the rows it would check)
+    assert ledger.total_balance() == 0, "the ledger's accounts do not sum to zero"
+    assert ledger.audit() == [], "cached balances differ from the transfers"

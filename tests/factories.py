@@ -16,10 +16,27 @@ class UserFactory(factory.django.DjangoModelFactory):
 class OrganizationFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Organization
+        skip_postgeneration_save = True
 
     name = factory.Sequence(lambda n: f"Org {n}")
     slug = factory.Sequence(lambda n: f"org-{n}")
     compute_enabled = True
+
+    @factory.post_generation
+    def credits_usd(org, create, extracted, **kwargs):
+        """Credits granted to the new organization ($1,000 unless told; 0 for none), so
+        its jobs can place their holds."""
+        amount = 1000 if extracted is None else extracted
+        if create and amount:
+            from apps.billing import ledger
+            from apps.core.money import usd_to_micros
+
+            ledger.grant(
+                organization=org,
+                amount_micros=usd_to_micros(amount),
+                idempotency_key=f"test-grant:{org.pk}",
+                memo="test credits",
+            )
 
 
 class MembershipFactory(factory.django.DjangoModelFactory):

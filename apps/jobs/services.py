@@ -20,9 +20,11 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from apps.accounts.models import ApiKey, Organization, User
+from apps.billing import budgets as billing_budgets
+from apps.billing import holds
 from apps.core.api_errors import first_validation_error
 from apps.core.errors import ApiError, Conflict, InvalidRequest, NotFound
-from apps.jobs import enqueue, states
+from apps.jobs import ceilings, enqueue, states
 from apps.jobs.events import JobEventType
 from apps.jobs.live import push
 from apps.jobs.models import Job, JobCounter, JobEvent, LogLine
@@ -126,9 +128,11 @@ def job_create(
 
     spec = validate_job_request(organization=organization, payload=payload)
     project = _project_for(organization, spec.pop("project"))
+    hold_micros = hold_for(spec)
     try:
         with transaction.atomic():
             _check_waiting_limit(organization)
+            billing_budgets.check_create(organization_id=organization.pk, project_id=project.pk)
             job = Job.objects.create(
                 organization=organization,
                 project=project,
@@ -146,6 +150,14 @@ def job_create(
                 max_price_micros_hr=spec["limits"]["max_price_micros_hr"],
                 idempotency_key=idempotency_key or None,
                 request_hash=digest,
+            )
+            holds.place_hold(
+                organization_id=organization.pk,
+                project_id=project.pk,
+                job_id=job.pk,
+                amount_micros=hold_micros,
+                idempotency_key=f"hold:{job.public_id}",
+                created_by_id=created_by.pk if created_by else None,
             )
             _count(job, None, JobState.REQUESTED)
             record_event(
@@ -165,6 +177,24 @@ def job_create(
             raise
         return CreatedJob(existing, created=False)
     return CreatedJob(job, created=True)
+
+
+def hold_for(spec: dict) -> int:
+    """What a job of this normalised spec holds at submit (forms show it beside the quote);
+    raises BidTooLow for a ceiling no offer
+    that could run it can ever meet."""
+    compute, limits = spec["compute"], spec["limits"]
+    band = ceilings.band_for(
+        accelerator=compute["accelerator"],
+        gpu_count=compute["gpu_count"],
+        priority_class=spec["priority_class"],
+    )
+    ceilings.check_ceiling(limits["max_price_micros_hr"], band)
+    return holds.hold_amount(
+        ceiling_micros_per_gpu_hr=ceilings.hold_ceiling(limits["max_price_micros_hr"], band),
+        gpu_count=compute["gpu_count"],
+        max_cost_micros=limits["max_cost_micros"],
+    )
 
 
 def _job_for_key(organization: Organization, key: str, digest: str) -> Job | None:
@@ -208,6 +238,8 @@ def job_transition(
             job.error_message = error_message
             fields.append("error_message")
         job.save(update_fields=fields)
+        if states.is_terminal(to):
+            holds.release_holds(job.pk)
         _count(job, current, to)
         record_event(
             job=job,
@@ -219,7 +251,7 @@ def job_transition(
     return job
 
 
-def job_terminate(*, job: Job, reason: str = "cancelled") -> Job:
+def job_terminate(*, job: Job, reason: str = "cancelled", message: str = "") -> Job:
     """Ask for a job to end. Idempotent: a job already terminating or ended is returned as
     it is. A job that holds no hardware ends `terminated` at once; one that does goes
     `terminating` and the reconcile loop releases its hardware."""
@@ -231,7 +263,7 @@ def job_terminate(*, job: Job, reason: str = "cancelled") -> Job:
         record_event(
             job=locked,
             type=JobEventType.TERMINATE_REQUESTED,
-            message="Termination requested.",
+            message=message or "Termination requested.",
             data={"reason": reason},
         )
         locked = job_transition(job_id=locked.pk, to=JobState.TERMINATING, reason=reason)

@@ -15,6 +15,7 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
+from apps.billing import usage
 from apps.core.transactions import after_commit
 from apps.jobs.execution import capacity
 from apps.jobs.models import Attempt, Job
@@ -42,21 +43,39 @@ def accounted_seconds(start: datetime, end: datetime) -> float:
 
 
 def bill(job: Job, now: datetime | None = None) -> int:
-    """Bring every attempt's billed minutes up to date and store the job's accrued spend.
-    Call under the job's row lock. Returns the job's accrued micro-dollars."""
+    """Bring every attempt's billed minutes up to date, post what they added to the ledger
+    and store the job's accrued spend (always the sum of its usage transfers). Call under the
+    job's row lock. Returns the job's accrued micro-dollars."""
     now = now or timezone.now()
     total = 0
     for attempt in job.attempts.all():
         end = attempt.ended_at or now
         minutes = max(MIN_BILLED_MINUTES, int(accounted_seconds(attempt.allocated_at, end) // 60))
-        if minutes != attempt.billed_minutes:
+        if minutes != attempt.billed_minutes or attempt.ended_at is None:
             attempt.billed_minutes = minutes
             Attempt.objects.filter(pk=attempt.pk).update(billed_minutes=minutes)
+            meter(job, attempt)
         total += attempt.cost_micros
     if total != job.accrued_micros:
         job.accrued_micros = total
         Job.objects.filter(pk=job.pk).update(accrued_micros=total)
     return total
+
+
+def meter(job: Job, attempt: Attempt) -> None:
+    """Tell billing where the attempt stands: its price, its minutes so far, whether it has
+    ended (its meter then stops counting towards the burn rate)."""
+    usage.record(
+        attempt_id=attempt.pk,
+        job_id=job.pk,
+        organization_id=job.organization_id,
+        project_id=job.project_id,
+        resource_id=job.public_id,
+        resource_name=job.name,
+        price_micros_hr=attempt.price_micros_hr,
+        billed_minutes=attempt.billed_minutes,
+        ended_at=attempt.ended_at,
+    )
 
 
 def end_attempt(attempt: Attempt, *, reason: str, exit_code: int | None = None) -> None:
@@ -70,7 +89,9 @@ def end_attempt(attempt: Attempt, *, reason: str, exit_code: int | None = None) 
         attempt.exit_code = exit_code
     attempt.save(update_fields=["ended_at", "end_reason", "exit_code"])
     capacity.freed_on_commit()
-    bill(Job.objects.get(pk=attempt.job_id))
+    job = Job.objects.get(pk=attempt.job_id)
+    bill(job)
+    meter(job, attempt)
     if attempt.handle:
         provider = attempt.provider
         handle = attempt.handle

@@ -1,6 +1,7 @@
 """Limits: bill a live job to now and terminate it when its `max_cost_usd` or
-`max_runtime_hours` binds. Limits end a job at once, with no grace: the reference platform
-gives none on a binding limit."""
+`max_runtime_hours` binds, or when a budget over it (or its organization's balance) is
+exhausted (apps.billing.budgets decides which). Limits end a job at once, with no grace:
+the reference platform gives none on a binding limit."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.billing import budgets
 from apps.jobs import services
 from apps.jobs.execution.attempts import accounted_seconds, bill
 from apps.jobs.models import Job
-from apps.jobs.states import JobState
+from apps.jobs.states import TERMINAL_STATES, JobState
 
 LIVE_JOB_STATES = (
     JobState.ALLOCATING,
@@ -20,7 +22,8 @@ LIVE_JOB_STATES = (
     JobState.FINALIZING,
     JobState.TERMINATING,
 )
-NO_GRACE_REASONS = frozenset({"max_runtime", "max_cost", "budget_exhausted"})
+BUDGET_EXHAUSTED = "budget_exhausted"
+NO_GRACE_REASONS = frozenset({"max_runtime", "max_cost", BUDGET_EXHAUSTED})
 
 
 def grace_for(reason: str | None) -> float:
@@ -49,3 +52,20 @@ def _runtime_hours(job: Job) -> float:
     now = timezone.now()
     seconds = sum(accounted_seconds(a.allocated_at, a.ended_at or now) for a in job.attempts.all())
     return seconds / 3600
+
+
+def enforce_budgets() -> int:
+    """Terminate every job not yet ended in a scope whose terminate budget, or whose
+    organization's balance, is exhausted. Call after billing live jobs to now. Returns how
+    many jobs it asked to end."""
+    ended = 0
+    for scope in budgets.evaluate():
+        jobs = Job.objects.filter(organization_id=scope.organization_id).exclude(
+            state__in=[*TERMINAL_STATES, JobState.TERMINATING]
+        )
+        if scope.project_id is not None:
+            jobs = jobs.filter(project_id=scope.project_id)
+        for job in jobs:
+            services.job_terminate(job=job, reason=BUDGET_EXHAUSTED, message=scope.why)
+            ended += 1
+    return ended

@@ -35,28 +35,27 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.catalog.models import Offer
+from apps.jobs.ceilings import markets_for
 from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt
 from apps.jobs.states import JobState
 from apps.providers.backends import single_tenant
 from apps.providers.models import Provider
 
-STANDARD_MARKETS = (Offer.Market.ON_DEMAND,)
-PREEMPTIBLE_MARKETS = (Offer.Market.SPOT, Offer.Market.ON_DEMAND)
-
 
 def offers_with_free_capacity(
     *,
     accelerator: str,
     gpu_count: int,
-    max_price_micros_hr: int | None = None,
+    max_gpu_price_micros_hr: int | None = None,
     markets: tuple[str, ...] | None = None,
     min_free: int | None = None,
 ) -> list[Offer]:
     """Enabled offers (offer and provider enabled) of `accelerator` that rent `gpu_count`
     GPUs per job, have at least `gpu_count` free now (`min_free` when given: 0 lists full
-    offers too, for preemption) and, when `max_price_micros_hr` is given, cost at most that
-    for the whole job per hour; only `markets` when given. Cheapest first, then by id.
+    offers too, for preemption) and, when `max_gpu_price_micros_hr` is given, cost at most
+    that per GPU-hour (a job's price ceiling, apps.jobs.ceilings); only `markets` when
+    given. Cheapest first, then by id.
 
     Each offer carries three annotations:
     - `used`: GPUs held by its live attempts (`ended_at` NULL), 0 when none;
@@ -91,8 +90,8 @@ def offers_with_free_capacity(
         offers = offers.filter(market__in=markets)
     if in_sql:
         offers = offers.filter(gpu_counts__contains=[gpu_count])
-    if max_price_micros_hr is not None:
-        offers = offers.filter(job_price_micros_hr__lte=max_price_micros_hr)
+    if max_gpu_price_micros_hr is not None:
+        offers = offers.filter(price_per_gpu_hour_micros__lte=max_gpu_price_micros_hr)
     result = list(offers)
     if not in_sql:
         result = [offer for offer in result if gpu_count in offer.gpu_counts]
@@ -127,10 +126,6 @@ def quote(*, accelerator: str, gpu_count: int) -> QuoteResult:
     )
 
 
-def markets_for(priority_class: str) -> tuple[str, ...]:
-    return PREEMPTIBLE_MARKETS if priority_class == "preemptible" else STANDARD_MARKETS
-
-
 def held_for_others(offer: Offer, job) -> int:
     """GPUs of `offer` freed by displaced attempts and held for jobs other than `job` that
     are still waiting to be placed."""
@@ -163,7 +158,7 @@ def lock_offer_with_capacity(job) -> Offer | None:
     for candidate in offers_with_free_capacity(
         accelerator=job.accelerator,
         gpu_count=job.gpu_count,
-        max_price_micros_hr=job.max_price_micros_hr,
+        max_gpu_price_micros_hr=job.max_price_micros_hr,
         markets=markets_for(job.priority_class),
     ):
         # A single-tenant provider's row is locked before its offer's (always in that

@@ -62,7 +62,7 @@ def displace_for(job: Job) -> Attempt | None:
         for offer in offers_with_free_capacity(
             accelerator=job.accelerator,
             gpu_count=job.gpu_count,
-            max_price_micros_hr=job.max_price_micros_hr,
+            max_gpu_price_micros_hr=job.max_price_micros_hr,
             markets=markets_for(job.priority_class),
             min_free=0,
         )

@@ -1,6 +1,6 @@
 """The reconcile loop (Celery beat, `jobs.reconcile`): one pass re-dispatches stalled
 launches, and waiting jobs when capacity freed (`execution.capacity`, organizations in
-turn), supervises every launched attempt, enforces limits and finishes jobs stuck in
+turn), supervises every launched attempt, enforces limits and budgets and finishes jobs stuck in
 `finalizing` or `terminating`. Cheap when nothing changes: a few indexed queries, then one
 poll per live attempt."""
 
@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from apps.jobs import enqueue
 from apps.jobs.execution import capacity
-from apps.jobs.execution.limits import LIVE_JOB_STATES, enforce_limits
+from apps.jobs.execution.limits import LIVE_JOB_STATES, enforce_budgets, enforce_limits
 from apps.jobs.execution.supervision import finalize, supervise
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState
@@ -74,10 +74,11 @@ def reconcile() -> dict[str, int]:
 
     for job_id in Job.objects.filter(state__in=LIVE_JOB_STATES).values_list("pk", flat=True):
         enforce_limits(job_id)
+    terminated = enforce_budgets()
 
     stuck = Job.objects.filter(
         state__in=[JobState.FINALIZING, JobState.TERMINATING], updated_at__lt=stall
     ).values_list("pk", flat=True)
     for job_id in stuck:
         finalize(job_id)
-    return {"dispatched": len(to_dispatch), "supervised": len(live)}
+    return {"dispatched": len(to_dispatch), "supervised": len(live), "over_budget": terminated}

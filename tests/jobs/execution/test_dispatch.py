@@ -75,11 +75,14 @@ def test_a_job_waiting_past_the_timeout_fails_no_capacity(org, settings):
     assert (job.state, job.reason) == (JobState.FAILED, "no_capacity")
 
 
-def test_a_price_ceiling_below_every_offer_waits(org):
+def test_a_ceiling_under_the_price_now_waits_for_the_price_to_fall(org):
+    band = _offer("band", price=60_000)
+    Offer.objects.filter(pk=band.pk).update(min_price_per_gpu_hour_micros=40_000)
+    Offer.objects.exclude(pk=band.pk).update(enabled=False)
     job = make_job(org, limits={"max_price_usd_hr": 0.05})
     assert dispatch.allocate(job.pk) is None
-    _offer("cheap", price=40_000)
-    assert dispatch.allocate(job.pk).provider.name == "cheap"
+    Offer.objects.filter(pk=band.pk).update(price_per_gpu_hour_micros=50_000)
+    assert dispatch.allocate(job.pk).provider.name == "band"
 
 
 def test_a_provider_without_a_backend_fails_the_job_launch_failed(org):

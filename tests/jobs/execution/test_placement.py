@@ -60,15 +60,15 @@ def test_an_offer_without_room_for_the_whole_job_is_left_out(make_offer, hold):
     assert _summary(offers) == [("host", 6, 2, 2_000_000)]
 
 
-def test_the_price_ceiling_applies_to_the_whole_job(make_offer):
+def test_the_price_ceiling_is_per_gpu_hour(make_offer):
     cheap = make_offer("cheap", price=1_000_000)
     make_offer("dear", price=1_000_001)
     at_ceiling = placement.offers_with_free_capacity(
-        accelerator=A100, gpu_count=4, max_price_micros_hr=4_000_000
+        accelerator=A100, gpu_count=4, max_gpu_price_micros_hr=1_000_000
     )
     assert at_ceiling == [cheap]
     below = placement.offers_with_free_capacity(
-        accelerator=A100, gpu_count=4, max_price_micros_hr=3_999_999
+        accelerator=A100, gpu_count=4, max_gpu_price_micros_hr=999_999
     )
     assert below == []
     assert len(placement.offers_with_free_capacity(accelerator=A100, gpu_count=4)) == 2

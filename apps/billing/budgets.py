@@ -1,0 +1,203 @@
+"""Budgets: limits on spend per organization or project and period, and what happens as
+spend approaches them.
+
+- Periods are calendar periods in UTC: a day from midnight, a week from Monday, a month from
+  its first day; `lifetime` counts all spend.
+- Spend is the posted usage in scope since the period began (usage is posted as minutes
+  are billed, so it lags the truth by at most one reconcile pass).
+- Actions: `alert` only notifies; `block` refuses new jobs in scope once spend reaches the
+  limit (402 `budget_exceeded`); `terminate` does that too, and ends running and waiting
+  jobs in scope (`budget_exhausted`) before spend can pass the limit by more than one
+  minute's price: it acts when what is left would not last until the pass after next.
+- An organization whose balance would not last until then is treated like a terminate
+  budget on the whole organization.
+- Each threshold (default 50, 80 and 100 %) is noticed once per budget and period: a
+  `BudgetNotice` row (the unique constraint decides between racing passes), then an email
+  to the organization's admins and a push to its Billing page, after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import IntegrityError, transaction
+from django.db.models import Q, Sum
+from django.utils import timezone
+
+from apps.accounts.models import Membership, Role
+from apps.billing import ledger
+from apps.billing.errors import BudgetExceeded
+from apps.billing.models import Budget, BudgetNotice, Meter, Transfer
+from apps.billing.usage import burn_micros_hr
+from apps.core.money import format_usd
+from apps.core.transactions import after_commit
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_THRESHOLDS = [50, 80, 100]
+LIFETIME_START = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+def period_start(period: str, now: datetime | None = None) -> datetime:
+    now = (now or timezone.now()).astimezone(UTC)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == Budget.Period.DAY:
+        return midnight
+    if period == Budget.Period.WEEK:
+        return midnight - timedelta(days=midnight.weekday())
+    if period == Budget.Period.MONTH:
+        return midnight.replace(day=1)
+    return LIFETIME_START
+
+
+def spent_micros(budget: Budget, since: datetime | None = None) -> int:
+    """Posted usage in the budget's scope since `since` (its period's start by default)."""
+    usage = Transfer.objects.filter(
+        organization_id=budget.organization_id,
+        code=Transfer.Code.USAGE,
+        created_at__gte=since or period_start(budget.period),
+    )
+    if budget.project_id is not None:
+        usage = usage.filter(project_id=budget.project_id)
+    return usage.aggregate(total=Sum("amount_micros"))["total"] or 0
+
+
+def in_scope(project_id: int | None) -> Q:
+    """Budgets that cover a job of `project_id`: the organization's, and the project's."""
+    scope = Q(project__isnull=True)
+    if project_id is not None:
+        scope |= Q(project_id=project_id)
+    return scope
+
+
+def check_create(*, organization_id: int, project_id: int) -> None:
+    """Refuse a new job (402 `budget_exceeded`) when a blocking or terminating budget over
+    its organization or project is spent."""
+    budgets = Budget.objects.filter(organization_id=organization_id).filter(
+        in_scope(project_id), action__in=[Budget.Action.BLOCK, Budget.Action.TERMINATE]
+    )
+    for budget in budgets:
+        spent = spent_micros(budget)
+        if spent >= budget.limit_micros:
+            raise BudgetExceeded(
+                f"The {describe(budget)} is spent: {format_usd(spent)} of "
+                f"{format_usd(budget.limit_micros)} this {_period_word(budget)}. "
+                "Raise the budget or wait for the next period."
+            )
+
+
+def describe(budget: Budget) -> str:
+    scope = f"project {budget.project.name!r}" if budget.project_id else "organization"
+    return f"{budget.period} budget of the {scope}"
+
+
+def _period_word(budget: Budget) -> str:
+    return "lifetime" if budget.period == Budget.Period.LIFETIME else budget.period
+
+
+@dataclass(frozen=True)
+class Exhausted:
+    """A scope whose jobs must end `budget_exhausted` (project None: the whole organization)."""
+
+    organization_id: int
+    project_id: int | None
+    why: str
+
+
+def horizon_s() -> float:
+    """Accounted seconds a terminate decision must look ahead: the time until the pass after
+    this one, plus the minute a job's last attempt may still be billed."""
+    return settings.RECONCILE_INTERVAL_S * settings.TRAINYARD_CLOCK_SCALE + 60
+
+
+def evaluate(now: datetime | None = None) -> list[Exhausted]:
+    """One pass over budgets and balances: write the notices now due and return the scopes
+    whose jobs must be terminated. Safe to run concurrently (notices are unique)."""
+    now = now or timezone.now()
+    exhausted: list[Exhausted] = []
+    ahead = horizon_s() / 3600
+    for budget in Budget.objects.select_related("project", "organization"):
+        start = period_start(budget.period, now)
+        spent = spent_micros(budget, start)
+        _notice_thresholds(budget, start, spent)
+        if budget.action != Budget.Action.TERMINATE:
+            continue
+        burn = burn_micros_hr(budget.organization_id, budget.project_id)
+        if spent >= budget.limit_micros or budget.limit_micros - spent < burn * ahead:
+            exhausted.append(
+                Exhausted(
+                    budget.organization_id,
+                    budget.project_id,
+                    f"The {describe(budget)} is spent ({format_usd(spent)} of "
+                    f"{format_usd(budget.limit_micros)}).",
+                )
+            )
+    burning = (
+        Meter.objects.filter(ended_at__isnull=True)
+        .values_list("organization_id", flat=True)
+        .distinct()
+    )
+    for organization_id in burning:
+        left = ledger.balance(organization_id).balance_micros
+        burn = burn_micros_hr(organization_id)
+        if left < burn * ahead:
+            exhausted.append(
+                Exhausted(
+                    organization_id,
+                    None,
+                    f"The organization's balance is exhausted ({format_usd(left)} left).",
+                )
+            )
+    return exhausted
+
+
+def _notice_thresholds(budget: Budget, start: datetime, spent: int) -> None:
+    percent = spent * 100 / budget.limit_micros
+    for threshold in sorted(budget.thresholds or DEFAULT_THRESHOLDS):
+        if percent < threshold:
+            break
+        try:
+            with transaction.atomic():
+                notice = BudgetNotice.objects.create(
+                    budget=budget,
+                    organization_id=budget.organization_id,
+                    period_start=start,
+                    threshold=threshold,
+                    spent_micros=spent,
+                    limit_micros=budget.limit_micros,
+                )
+        except IntegrityError:
+            continue  # noticed already, by this pass's predecessor or a racing one
+        after_commit(_announce, notice.pk)
+
+
+def _announce(notice_id: int) -> None:
+    notice = BudgetNotice.objects.select_related("budget__project", "organization").get(
+        pk=notice_id
+    )
+    budget = notice.budget
+    subject = f"[Trainyard] {notice.organization.name}: {describe(budget)} at {notice.threshold}%"
+    body = (
+        f"The {describe(budget)} of {notice.organization.name} reached {notice.threshold}%: "
+        f"{format_usd(notice.spent_micros)} of {format_usd(notice.limit_micros)} spent "
+        f"this {_period_word(budget)}. Its action is {budget.action!r}."
+    )
+    recipients = list(
+        Membership.objects.filter(
+            organization_id=notice.organization_id, role__in=[Role.ADMIN, Role.OWNER]
+        )
+        .exclude(user__email="")
+        .values_list("user__email", flat=True)
+    )
+    if recipients:
+        try:
+            send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients)
+        except Exception:  # mail is best effort; the notice stands on the Billing page
+            logger.warning("mailing budget notice %s failed", notice_id, exc_info=True)
+    from apps.billing import live
+
+    live.notice(notice.organization_id, notice.pk)

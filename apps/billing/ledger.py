@@ -1,0 +1,228 @@
+"""The ledger's one writer: accounts, transfers, two-phase holds, balances and the audit.
+
+Every transfer is written with its accounts' cached sums, in one transaction, with `F()`
+updates. An idempotency key already used returns the transfer written under it and moves
+nothing again, so a redelivered task or a retried request never counts twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q, Sum
+
+from apps.accounts.models import Organization, User
+from apps.billing.models import Account, Transfer
+from apps.core.transactions import after_commit
+
+Kind = Account.Kind
+Code = Transfer.Code
+State = Transfer.State
+
+
+def accounts_for(organization_id: int) -> dict[str, Account]:
+    """The organization's wallet, grants and usage accounts, created on first use."""
+    found = {a.kind: a for a in Account.objects.filter(organization_id=organization_id)}
+    for kind in Kind.values:
+        if kind not in found:
+            try:
+                with transaction.atomic():
+                    found[kind] = Account.objects.create(organization_id=organization_id, kind=kind)
+            except IntegrityError:  # created by a concurrent first use
+                found[kind] = Account.objects.get(organization_id=organization_id, kind=kind)
+    return found
+
+
+def lock_wallet(organization_id: int) -> Account:
+    """The organization's wallet, its row locked until the transaction ends. Every check of
+    the available balance followed by a hold takes this lock first."""
+    wallet = accounts_for(organization_id)[Kind.WALLET]
+    return Account.objects.select_for_update().get(pk=wallet.pk)
+
+
+def transfer(
+    *,
+    organization_id: int,
+    debit: str,
+    credit: str,
+    amount_micros: int,
+    code: str,
+    idempotency_key: str,
+    pending: bool = False,
+    memo: str = "",
+    **links,
+) -> Transfer:
+    """Move `amount_micros` (> 0) from the organization's `debit` account to its `credit`
+    account, posted, or reserved when `pending`. `links`: project, job, attempt (or their
+    `_id`s), created_by, minutes, minutes_to."""
+    if amount_micros <= 0:
+        raise ValueError("A transfer moves a positive amount.")
+    accounts = accounts_for(organization_id)
+    state = State.PENDING if pending else State.POSTED
+    with transaction.atomic():
+        existing = Transfer.objects.filter(idempotency_key=idempotency_key).first()
+        if existing is not None:
+            return existing
+        try:
+            with transaction.atomic():
+                row = Transfer.objects.create(
+                    debit_account=accounts[debit],
+                    credit_account=accounts[credit],
+                    amount_micros=amount_micros,
+                    code=code,
+                    state=state,
+                    idempotency_key=idempotency_key,
+                    organization_id=organization_id,
+                    memo=memo[:500],
+                    **links,
+                )
+        except IntegrityError:
+            # The same key written by a concurrent call: that one counts, this one doesn't.
+            return Transfer.objects.get(idempotency_key=idempotency_key)
+        column = "pending" if pending else "posted"
+        _add(accounts[debit].pk, f"{column}_debits", amount_micros)
+        _add(accounts[credit].pk, f"{column}_credits", amount_micros)
+        changed_on_commit(organization_id)
+    return row
+
+
+def resolve(hold: Transfer, *, post: bool, memo: str = "") -> Transfer:
+    """Post or void a pending transfer, once: the resolution is a new transfer pointing at
+    it (the unique `pending` link lets only one exist)."""
+    if hold.state != State.PENDING:
+        raise ValueError("Only a pending transfer can be posted or voided.")
+    state = State.POSTED if post else State.VOIDED
+    key = f"{state}:{hold.pk}"
+    with transaction.atomic():
+        existing = Transfer.objects.filter(pending=hold).first()
+        if existing is not None:
+            return existing
+        try:
+            with transaction.atomic():
+                row = Transfer.objects.create(
+                    debit_account_id=hold.debit_account_id,
+                    credit_account_id=hold.credit_account_id,
+                    amount_micros=hold.amount_micros,
+                    code=hold.code,
+                    state=state,
+                    pending=hold,
+                    idempotency_key=key,
+                    organization_id=hold.organization_id,
+                    project_id=hold.project_id,
+                    job_id=hold.job_id,
+                    memo=memo[:500],
+                )
+        except IntegrityError:
+            return Transfer.objects.get(pending=hold)
+        _add(hold.debit_account_id, "pending_debits", -hold.amount_micros)
+        _add(hold.credit_account_id, "pending_credits", -hold.amount_micros)
+        if post:
+            _add(hold.debit_account_id, "posted_debits", hold.amount_micros)
+            _add(hold.credit_account_id, "posted_credits", hold.amount_micros)
+        changed_on_commit(hold.organization_id)
+    return row
+
+
+def _add(account_id: int, column: str, amount: int) -> None:
+    Account.objects.filter(pk=account_id).update(**{column: F(column) + amount})
+
+
+def grant(
+    *,
+    organization: Organization,
+    amount_micros: int,
+    idempotency_key: str,
+    created_by: User | None = None,
+    memo: str = "",
+) -> Transfer:
+    """Credit an organization's wallet (an operator's grant or a purchase)."""
+    return transfer(
+        organization_id=organization.pk,
+        debit=Kind.GRANTS,
+        credit=Kind.WALLET,
+        amount_micros=amount_micros,
+        code=Code.GRANT,
+        idempotency_key=idempotency_key,
+        created_by=created_by,
+        memo=memo,
+    )
+
+
+@dataclass(frozen=True)
+class Balance:
+    balance_micros: int
+    held_micros: int
+
+    @property
+    def available_micros(self) -> int:
+        return self.balance_micros - self.held_micros
+
+
+def balance(organization_id: int) -> Balance:
+    """The wallet's posted balance and what pending holds reserve of it."""
+    wallet = Account.objects.filter(organization_id=organization_id, kind=Kind.WALLET).first()
+    if wallet is None:
+        return Balance(0, 0)
+    return Balance(wallet.balance_micros, wallet.pending_debits)
+
+
+# -- the audit ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    account_id: int
+    column: str
+    cached: int
+    recomputed: int
+
+
+def recompute(account_ids: list[int] | None = None) -> dict[int, dict[str, int]]:
+    """Every account's four sums recomputed from the transfers (pending ones count until a
+    resolution exists; a posted resolution counts as posted)."""
+    sums: dict[int, dict[str, int]] = {}
+    accounts = Account.objects.all()
+    if account_ids is not None:
+        accounts = accounts.filter(pk__in=account_ids)
+    for account_id in accounts.values_list("pk", flat=True):
+        sums[account_id] = dict.fromkeys(
+            ("posted_debits", "posted_credits", "pending_debits", "pending_credits"), 0
+        )
+    open_pending = Q(state=State.PENDING, resolution__isnull=True)
+    posted = Q(state=State.POSTED)
+    for side in ("debit", "credit"):
+        for name, condition in (("posted", posted), ("pending", open_pending)):
+            rows = (
+                Transfer.objects.filter(condition, **{f"{side}_account_id__in": list(sums)})
+                .values(f"{side}_account_id")
+                .annotate(total=Sum("amount_micros"))
+            )
+            for row in rows:
+                sums[row[f"{side}_account_id"]][f"{name}_{side}s"] = row["total"]
+    return sums
+
+
+def audit() -> list[Mismatch]:
+    """Compare every account's cached sums with the transfers; return each difference."""
+    recomputed = recompute()
+    mismatches = []
+    for account in Account.objects.all():
+        for column, value in recomputed[account.pk].items():
+            cached = getattr(account, column)
+            if cached != value:
+                mismatches.append(Mismatch(account.pk, column, cached, value))
+    return mismatches
+
+
+def total_balance() -> int:
+    """The sum over every account of credits minus debits: zero in a balanced ledger."""
+    sums = Account.objects.aggregate(credits=Sum("posted_credits"), debits=Sum("posted_debits"))
+    return (sums["credits"] or 0) - (sums["debits"] or 0)
+
+
+def changed_on_commit(organization_id: int) -> None:
+    """Tell the Billing page the organization's balance moved (once per transaction)."""
+    from apps.billing import live  # the live layer is optional for the ledger's callers
+
+    after_commit(live.balance_changed, organization_id)

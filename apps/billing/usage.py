@@ -1,0 +1,91 @@
+"""Usage: what each attempt has cost, posted to the ledger as its minutes are billed.
+
+Jobs bill each attempt in whole minutes at the price captured at allocation and call
+`record` with the attempt's minutes so far (under the job's row lock). Each call posts the
+difference since the last one as one `usage` transfer keyed `usage:<attempt>:<minutes>`:
+a crash between calls, or a redelivered task, never posts a minute twice, and the job's
+accrued spend always equals the sum of its usage transfers.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Sum
+
+from apps.billing import ledger
+from apps.billing.models import Meter
+
+
+def cost_micros(minutes: int, price_micros_hr: int) -> int:
+    """What `minutes` whole minutes cost at `price_micros_hr` (rounded down to the micro)."""
+    return minutes * price_micros_hr // 60
+
+
+def record(
+    *,
+    attempt_id: int,
+    job_id: int,
+    organization_id: int,
+    project_id: int,
+    resource_id: str,
+    resource_name: str,
+    price_micros_hr: int,
+    billed_minutes: int,
+    ended_at: datetime | None = None,
+    resource_type: str = "job",
+) -> Meter:
+    """Bring an attempt's meter to `billed_minutes` (opening it on first sight) and post
+    what they added. `ended_at` closes the meter (the attempt holds no hardware)."""
+    with transaction.atomic():
+        meter = Meter.objects.select_for_update().filter(attempt_id=attempt_id).first()
+        if meter is None:
+            meter = Meter.objects.create(
+                attempt_id=attempt_id,
+                job_id=job_id,
+                organization_id=organization_id,
+                project_id=project_id,
+                resource_type=resource_type,
+                resource_id=resource_id,
+                resource_name=resource_name,
+                price_micros_hr=price_micros_hr,
+            )
+            ledger.changed_on_commit(organization_id)  # the burn rate moved
+        fields = []
+        if billed_minutes > meter.billed_minutes:
+            owed = cost_micros(billed_minutes, price_micros_hr)
+            amount = owed - meter.posted_micros
+            if amount > 0:
+                ledger.transfer(
+                    organization_id=organization_id,
+                    debit=ledger.Kind.WALLET,
+                    credit=ledger.Kind.USAGE,
+                    amount_micros=amount,
+                    code=ledger.Code.USAGE,
+                    idempotency_key=f"usage:{attempt_id}:{billed_minutes}",
+                    project_id=project_id,
+                    job_id=job_id,
+                    attempt_id=attempt_id,
+                    minutes=billed_minutes - meter.billed_minutes,
+                    minutes_to=billed_minutes,
+                )
+            meter.billed_minutes = billed_minutes
+            meter.posted_micros = owed
+            fields += ["billed_minutes", "posted_micros"]
+        if ended_at is not None and meter.ended_at is None:
+            meter.ended_at = ended_at
+            fields.append("ended_at")
+            ledger.changed_on_commit(organization_id)
+        if fields:
+            meter.save(update_fields=fields)
+    return meter
+
+
+def burn_micros_hr(organization_id: int, project_id: int | None = None) -> int:
+    """What the organization (or one project) spends per hour now: the sum of its open
+    meters' captured prices."""
+    meters = Meter.objects.filter(organization_id=organization_id, ended_at__isnull=True)
+    if project_id is not None:
+        meters = meters.filter(project_id=project_id)
+    return meters.aggregate(total=Sum("price_micros_hr"))["total"] or 0
