@@ -1,0 +1,78 @@
+"""Reads of an organization's money for the API and the Billing page. Every function takes
+the organization's id and reads only its rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from apps.billing import ledger
+from apps.billing.budgets import period_start, spent_micros
+from apps.billing.models import Budget, Transfer
+from apps.billing.usage import burn_micros_hr
+
+
+@dataclass(frozen=True)
+class AccountSummary:
+    balance_micros: int
+    held_micros: int
+    available_micros: int
+    burn_micros_hr: int
+
+
+def account_summary(organization_id: int) -> AccountSummary:
+    """Balance (posted), held (open holds), available (balance - held) and the burn rate
+    (the captured prices of the organization's live attempts), in micro-dollars."""
+    balance = ledger.balance(organization_id)
+    return AccountSummary(
+        balance_micros=balance.balance_micros,
+        held_micros=balance.held_micros,
+        available_micros=balance.available_micros,
+        burn_micros_hr=burn_micros_hr(organization_id),
+    )
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    budget: Budget
+    period_start: datetime
+    spent_micros: int
+
+    @property
+    def percent(self) -> float:
+        return self.spent_micros * 100 / self.budget.limit_micros
+
+
+def budget_status(organization_id: int, now: datetime | None = None) -> list[BudgetStatus]:
+    """Each of the organization's budgets with what its period has spent so far."""
+    statuses = []
+    for budget in (
+        Budget.objects.filter(organization_id=organization_id)
+        .select_related("project")
+        .order_by("project_id", "period", "id")
+    ):
+        start = period_start(budget.period, now)
+        statuses.append(BudgetStatus(budget, start, spent_micros(budget, start)))
+    return statuses
+
+
+def spend_per_day(organization_id: int, days: int = 30) -> list[dict]:
+    """Posted usage per UTC day and project over the last `days` days:
+    `[{"day": date, "project_id": int, "project__name": str, "micros": int}, ...]`, oldest
+    first."""
+    since = (timezone.now() - timedelta(days=days - 1)).replace(
+        hour=0, minute=0, second=0, microsecond=0
+    )
+    return list(
+        Transfer.objects.filter(
+            organization_id=organization_id, code=Transfer.Code.USAGE, created_at__gte=since
+        )
+        .annotate(day=TruncDate("created_at"))
+        .values("day", "project_id", "project__name")
+        .annotate(micros=Sum("amount_micros"))
+        .order_by("day", "project_id")
+    )
