@@ -191,6 +191,9 @@ class Attempt(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     end_reason = models.CharField(max_length=64, blank=True)
     billed_minutes = models.PositiveIntegerField(default=0)
+    # Set when a limit or budget ends the job: billing stops here, not when the hardware
+    # is finally released (the teardown is not the customer's to pay).
+    billed_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "number"]

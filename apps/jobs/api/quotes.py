@@ -1,8 +1,10 @@
 """`POST /api/v1/compute/catalog/quotes`: whether a job's compute is obtainable now, and at
-what hourly price range (the offers placement would consider, `execution.placement`)."""
+what hourly price range (the offers placement would consider, `execution.placement`);
+`GET /api/v1/compute/market/ladder`: the offers that could run a job, by price."""
 
 from __future__ import annotations
 
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.response import Response
@@ -14,6 +16,7 @@ from apps.core.api_errors import first_validation_error
 from apps.core.errors import InvalidRequest
 from apps.core.money import micros_to_usd
 from apps.core.serializers import StrictSerializer
+from apps.jobs.ceilings import markets_for
 from apps.jobs.execution import placement
 from apps.jobs.specs import ComputeIn
 
@@ -83,3 +86,79 @@ class QuoteView(APIView):
         compute = body.validated_data["compute"]
         quote = placement.quote(accelerator=compute["accelerator"], gpu_count=compute["gpu_count"])
         return Response(_quote_body(quote))
+
+
+class LadderIn(StrictSerializer):
+    accelerator = serializers.CharField(max_length=64)
+    gpu_count = serializers.IntegerField(min_value=1, max_value=64)
+    priority_class = serializers.ChoiceField(
+        choices=["standard", "preemptible"], required=False, default="standard"
+    )
+
+
+class LadderRungOut(serializers.Serializer):
+    provider = serializers.CharField()
+    market = serializers.CharField()
+    price_per_gpu_usd_hr = serializers.FloatField()
+    price_usd_hr = serializers.FloatField()
+    band_per_gpu_usd_hr = PriceRangeOut()
+    capacity = serializers.IntegerField()
+    free_gpus = serializers.IntegerField()
+    available = serializers.BooleanField()
+
+
+class LadderOut(serializers.Serializer):
+    accelerator = serializers.CharField()
+    gpu_count = serializers.IntegerField()
+    priority_class = serializers.CharField()
+    price_to_win_per_gpu_usd_hr = serializers.FloatField(allow_null=True)
+    data = LadderRungOut(many=True)
+    observed_at = serializers.DateTimeField()
+
+
+def _rung(offer, gpu_count: int) -> dict:
+    return {
+        "provider": offer.provider.name,
+        "market": offer.market,
+        "price_per_gpu_usd_hr": micros_to_usd(offer.price_per_gpu_hour_micros),
+        "price_usd_hr": micros_to_usd(offer.job_price_micros_hr),
+        "band_per_gpu_usd_hr": {
+            "min": micros_to_usd(offer.min_price_per_gpu_hour_micros),
+            "max": micros_to_usd(offer.max_price_per_gpu_hour_micros),
+        },
+        "capacity": offer.capacity,
+        "free_gpus": max(offer.free, 0),
+        "available": offer.free >= gpu_count,
+    }
+
+
+class LadderView(APIView):
+    """`GET /api/v1/compute/market/ladder?accelerator=&gpu_count=[&priority_class=]`: every
+    offer that could run such a job (in the markets its priority class may use), cheapest
+    first, with its free capacity. `price_to_win_per_gpu_usd_hr` is the lowest price among
+    the offers with room now: a ceiling at or above it is placed at once; null when every
+    offer is full. Reserves nothing; any member may read it."""
+
+    permission_classes = COMPUTE_PERMISSIONS
+
+    @extend_schema(parameters=[LadderIn], responses=LadderOut, summary="The price-to-win ladder")
+    def get(self, request):
+        params = LadderIn(data=request.query_params.dict())
+        if not params.is_valid():
+            param, message = first_validation_error(params.errors)
+            raise InvalidRequest(message, param=param)
+        wanted = params.validated_data
+        offers = placement.offers_with_free_capacity(
+            accelerator=wanted["accelerator"],
+            gpu_count=wanted["gpu_count"],
+            markets=markets_for(wanted["priority_class"]),
+            min_free=-(2**31),  # full (even over-committed) offers are rungs too
+        )
+        winning = [o.price_per_gpu_hour_micros for o in offers if o.free >= wanted["gpu_count"]]
+        body = {
+            **wanted,
+            "price_to_win_per_gpu_usd_hr": micros_to_usd(min(winning)) if winning else None,
+            "data": [_rung(offer, wanted["gpu_count"]) for offer in offers],
+            "observed_at": timezone.now(),
+        }
+        return Response(LadderOut(body).data)

@@ -4,6 +4,7 @@ from apps.jobs.api import jobs, quotes
 
 urlpatterns = [
     path("catalog/quotes", quotes.QuoteView.as_view(), name="api-quotes"),
+    path("market/ladder", quotes.LadderView.as_view(), name="api-market-ladder"),
     path("jobs", jobs.JobCollectionView.as_view(), name="api-jobs"),
     path("jobs/<str:job_id>", jobs.JobDetailView.as_view(), name="api-job"),
     path("jobs/<str:job_id>/terminate", jobs.JobTerminateView.as_view(), name="api-job-terminate"),

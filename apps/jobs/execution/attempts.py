@@ -49,7 +49,7 @@ def bill(job: Job, now: datetime | None = None) -> int:
     now = now or timezone.now()
     total = 0
     for attempt in job.attempts.all():
-        end = attempt.ended_at or now
+        end = min(attempt.ended_at or now, attempt.billed_until or now)
         minutes = max(MIN_BILLED_MINUTES, int(accounted_seconds(attempt.allocated_at, end) // 60))
         if minutes != attempt.billed_minutes or attempt.ended_at is None:
             attempt.billed_minutes = minutes
@@ -75,6 +75,16 @@ def meter(job: Job, attempt: Attempt) -> None:
         price_micros_hr=attempt.price_micros_hr,
         billed_minutes=attempt.billed_minutes,
         ended_at=attempt.ended_at,
+    )
+
+
+def stop_billing(job: Job, now: datetime | None = None) -> None:
+    """Bill the job to `now` and bill its live attempt no further (a limit or a budget is
+    ending it). Call under the job's row lock."""
+    now = now or timezone.now()
+    bill(job, now)
+    Attempt.objects.filter(job=job, ended_at__isnull=True, billed_until__isnull=True).update(
+        billed_until=now
     )
 
 

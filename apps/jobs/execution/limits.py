@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from apps.billing import budgets
 from apps.jobs import services
-from apps.jobs.execution.attempts import accounted_seconds, bill
+from apps.jobs.execution.attempts import accounted_seconds, bill, stop_billing
 from apps.jobs.models import Job
 from apps.jobs.states import TERMINAL_STATES, JobState
 
@@ -44,6 +44,8 @@ def enforce_limits(job_id: int) -> None:
             reason = "max_cost"
         elif job.max_runtime_hours is not None and _runtime_hours(job) >= job.max_runtime_hours:
             reason = "max_runtime"
+        if reason:
+            stop_billing(job)
     if reason:
         services.job_terminate(job=job, reason=reason)
 
@@ -66,6 +68,9 @@ def enforce_budgets() -> int:
         if scope.project_id is not None:
             jobs = jobs.filter(project_id=scope.project_id)
         for job in jobs:
-            services.job_terminate(job=job, reason=BUDGET_EXHAUSTED, message=scope.why)
+            with transaction.atomic():
+                locked = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+                stop_billing(locked)
+                services.job_terminate(job=locked, reason=BUDGET_EXHAUSTED, message=scope.why)
             ended += 1
     return ended
