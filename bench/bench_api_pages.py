@@ -65,6 +65,9 @@ def make_org(slug: str):
     from tests.jobs.helpers import make_job
 
     org = services.organization_create(name=slug, slug=slug, compute_enabled=True)
+    from apps.billing import ledger
+
+    ledger.grant(organization=org, amount_micros=10**12, idempotency_key=f"bench-credits:{slug}")
     _, key = services.api_key_create(organization=org, name="bench")
     job = make_job(org)
     return org, key, job

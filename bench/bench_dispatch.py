@@ -135,6 +135,9 @@ def main() -> int:
     org = services.organization_create(
         name="bench-dispatch", slug="bench-dispatch", compute_enabled=True
     )
+    from apps.billing import ledger
+
+    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
     _, key = services.api_key_create(organization=org, name="bench")
 
     with tempfile.TemporaryDirectory(prefix="bench-dispatch-") as workdir:

@@ -142,6 +142,9 @@ def make_team():
     from apps.jobs import services
 
     org = accounts.organization_create(name="Bench live", slug="bench-live", compute_enabled=True)
+    from apps.billing import ledger
+
+    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
     user = User.objects.create(username="bench-live", email="bench-live@example.com")
     user.set_password(PASSWORD)
     user.save()

@@ -186,6 +186,9 @@ def main() -> int:
     from trainer.tiny import build_tiny_model
 
     org = services.organization_create(name="bench-pre", slug="bench-pre", compute_enabled=True)
+    from apps.billing import ledger
+
+    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
     _, key = services.api_key_create(organization=org, name="bench")
     staff = User.objects.create_user("bench-operator", is_staff=True)
     _, operator_key = services.api_key_create(organization=org, name="ops", created_by=staff)
