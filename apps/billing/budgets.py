@@ -29,7 +29,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from apps.accounts.models import Membership, Role
-from apps.billing import ledger
+from apps.billing import ledger, live
 from apps.billing.errors import BudgetExceeded
 from apps.billing.models import Budget, BudgetNotice, Meter, Transfer
 from apps.billing.usage import burn_micros_hr
@@ -198,6 +198,4 @@ def _announce(notice_id: int) -> None:
             send_mail(subject, body, settings.DEFAULT_FROM_EMAIL, recipients)
         except Exception:  # mail is best effort; the notice stands on the Billing page
             logger.warning("mailing budget notice %s failed", notice_id, exc_info=True)
-    from apps.billing import live
-
     live.notice(notice.organization_id, notice.pk)

@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q, Sum
 
 from apps.accounts.models import Organization, User
+from apps.billing import live
 from apps.billing.models import Account, Transfer
 from apps.core.transactions import after_commit
 
@@ -222,7 +223,5 @@ def total_balance() -> int:
 
 
 def changed_on_commit(organization_id: int) -> None:
-    """Tell the Billing page the organization's balance moved (once per transaction)."""
-    from apps.billing import live  # the live layer is optional for the ledger's callers
-
+    """Tell the organization's Billing pages that its balance moved, after commit."""
     after_commit(live.balance_changed, organization_id)
