@@ -317,8 +317,13 @@ TRAINYARD_CLOCK_SCALE = env_float("TRAINYARD_CLOCK_SCALE", 1.0)
 # so a test can kill the worker at exactly that point. 0 (off) everywhere else.
 TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S = env_float("TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S", 0.0)
 
+# How often beat recomputes the ledger's cached balances from its transfers and logs any
+# difference (apps.billing.tasks.audit_ledger).
+LEDGER_AUDIT_INTERVAL_S = env_float("LEDGER_AUDIT_INTERVAL_S", 3600.0)
+
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.reconcile", "schedule": RECONCILE_INTERVAL_S},
+    "audit-ledger": {"task": "billing.audit_ledger", "schedule": LEDGER_AUDIT_INTERVAL_S},
 }
 
 LOGGING = {

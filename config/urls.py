@@ -16,6 +16,8 @@ urlpatterns = [
     path("api/v1/compute/", include("apps.catalog.api_urls")),
     path("api/v1/compute/", include("apps.secrets.api_urls")),
     path("api/v1/compute/", include("apps.jobs.api.urls")),
+    path("api/v1/compute/", include("apps.billing.usage_urls")),
+    path("api/v1/billing/", include("apps.billing.api_urls")),
     path("api/v1/runner/", include("apps.jobs.runner_api.urls")),
     path("api/v1/runner/", include("apps.finetunes.runner_urls")),
     path("api/v1/operator/", include("apps.jobs.api.operator_urls")),
