@@ -11,6 +11,7 @@ urlpatterns = [
     path("", include("apps.projects.urls")),
     path("", include("apps.jobs.web.urls")),
     path("", include("apps.finetunes.urls")),
+    path("", include("apps.billing.web.urls")),
     path("api/v1/", include("apps.projects.api_urls")),
     path("api/v1/", include("apps.finetunes.api_urls")),
     path("api/v1/compute/", include("apps.catalog.api_urls")),

@@ -6,14 +6,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
 from apps.billing import ledger
 from apps.billing.budgets import period_start, spent_micros
-from apps.billing.models import Budget, Transfer
+from apps.billing.models import Account, Budget, BudgetNotice, Transfer
 from apps.billing.usage import burn_micros_hr
+from apps.core.pagination import PageRequest, id_page
 
 
 @dataclass(frozen=True)
@@ -75,4 +76,57 @@ def spend_per_day(organization_id: int, days: int = 30) -> list[dict]:
         .values("day", "project_id", "project__name")
         .annotate(micros=Sum("amount_micros"))
         .order_by("day", "project_id")
+    )
+
+
+@dataclass(frozen=True)
+class WalletLine:
+    """One transfer as the wallet sees it: `signed_micros` is positive when it credits the
+    wallet and negative when it debits it (a hold reserves, so it is negative while
+    pending)."""
+
+    transfer: Transfer
+    signed_micros: int
+
+
+def wallet_transfers_page(
+    organization_id: int, page: PageRequest
+) -> tuple[list[WalletLine], str | None]:
+    """One page of the transfers touching the organization's wallet, by keyset on id
+    (newest first when `page.descending`), and the next page's cursor (or None)."""
+    wallet = Account.objects.filter(
+        organization_id=organization_id, kind=Account.Kind.WALLET
+    ).first()
+    if wallet is None:
+        return [], None
+    queryset = (
+        Transfer.objects.filter(organization_id=organization_id)
+        .filter(Q(debit_account_id=wallet.pk) | Q(credit_account_id=wallet.pk))
+        .select_related("job")
+    )
+    rows, next_cursor = id_page(queryset, page)
+    lines = [
+        WalletLine(
+            row, row.amount_micros if row.credit_account_id == wallet.pk else -row.amount_micros
+        )
+        for row in rows
+    ]
+    return lines, next_cursor
+
+
+def recent_notices(organization_id: int, limit: int = 10) -> list[BudgetNotice]:
+    """The organization's newest budget notices, with their budgets."""
+    return list(
+        BudgetNotice.objects.filter(organization_id=organization_id)
+        .select_related("budget__project")
+        .order_by("-id")[:limit]
+    )
+
+
+def notice(organization_id: int, notice_id: int) -> BudgetNotice | None:
+    """One notice of the organization (None when it is another's, or gone)."""
+    return (
+        BudgetNotice.objects.filter(organization_id=organization_id, pk=notice_id)
+        .select_related("budget__project")
+        .first()
     )

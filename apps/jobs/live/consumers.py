@@ -19,86 +19,23 @@ the handshake, before any data, so the page can tell a refusal from a network dr
 
 from __future__ import annotations
 
-import time
-
-import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
 
-from apps.jobs.live.push import WATCH_TTL_S, job_group, project_group, watch_key
+from apps.core.live import (  # noqa: F401  (names this module has always offered)
+    CLOSE_FORBIDDEN,
+    CLOSE_TOO_MANY,
+    CLOSE_UNAUTHENTICATED,
+    SOCKETS_KEY,
+    WS_MAX_SOCKETS_PER_USER,
+    WS_REAUTH_INTERVAL_S,
+    GroupConsumer,
+    max_sockets_per_user,
+    reauth_interval_s,
+    sockets_key,
+)
+from apps.jobs.live.push import job_group, project_group
 from apps.jobs.models import Job
 from apps.projects.models import Project
-
-WS_REAUTH_INTERVAL_S = 30
-WS_MAX_SOCKETS_PER_USER = 20
-SOCKETS_KEY = "trainyard:sockets:user:{user_id}"
-
-CLOSE_UNAUTHENTICATED = 4401
-CLOSE_FORBIDDEN = 4403
-CLOSE_TOO_MANY = 4429
-
-
-def reauth_interval_s() -> float:
-    return getattr(settings, "WS_REAUTH_INTERVAL_S", WS_REAUTH_INTERVAL_S)
-
-
-def max_sockets_per_user() -> int:
-    return getattr(settings, "WS_MAX_SOCKETS_PER_USER", WS_MAX_SOCKETS_PER_USER)
-
-
-def sockets_key(user_id: int) -> str:
-    return SOCKETS_KEY.format(user_id=user_id)
-
-
-async def _watchers(group: str, delta: int) -> None:
-    """Count this page in or out of the group's watchers (see apps.jobs.live.push)."""
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
-    try:
-        key = watch_key(group)
-        await client.incrby(key, delta)
-        await client.expire(key, WATCH_TTL_S)
-    finally:
-        await client.aclose()
-
-
-async def _take_socket_slot(user_id: int, channel_name: str) -> bool:
-    """Count this socket in for its user; False (and counted out again) when the user
-    already holds the maximum."""
-    key = sockets_key(user_id)
-    now = time.time()
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
-    try:
-        async with client.pipeline(transaction=True) as pipe:
-            pipe.zremrangebyscore(key, "-inf", now - WATCH_TTL_S)
-            pipe.zadd(key, {channel_name: now})
-            pipe.zcard(key)
-            pipe.expire(key, WATCH_TTL_S)
-            _, _, held, _ = await pipe.execute()
-        if held > max_sockets_per_user():
-            await client.zrem(key, channel_name)
-            return False
-        return True
-    finally:
-        await client.aclose()
-
-
-async def _touch_socket_slot(user_id: int, channel_name: str) -> None:
-    """Mark a live socket as still open, so its entry does not expire under it."""
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
-    try:
-        await client.zadd(sockets_key(user_id), {channel_name: time.time()}, xx=True)
-        await client.expire(sockets_key(user_id), WATCH_TTL_S)
-    finally:
-        await client.aclose()
-
-
-async def _release_socket_slot(user_id: int, channel_name: str) -> None:
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
-    try:
-        await client.zrem(sockets_key(user_id), channel_name)
-    finally:
-        await client.aclose()
 
 
 def _visible_jobs(user):
@@ -122,81 +59,7 @@ def _can_see_project(user, project_id: str) -> bool:
     ).exists()
 
 
-class _GroupConsumer(AsyncWebsocketConsumer):
-    group: str | None = None
-    slot_user_id: int | None = None
-    checked_at: float = 0.0
-    revoked: bool = False
-
-    async def _allowed(self, user) -> bool:
-        raise NotImplementedError
-
-    def _group_for(self) -> str:
-        raise NotImplementedError
-
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self._refuse(CLOSE_UNAUTHENTICATED)
-        elif not await self._allowed(user):
-            await self._refuse(CLOSE_FORBIDDEN)
-        elif not await _take_socket_slot(user.pk, self.channel_name):
-            await self._refuse(CLOSE_TOO_MANY)
-        else:
-            self.slot_user_id = user.pk
-            self.checked_at = time.monotonic()
-            await self._join(self._group_for())
-
-    async def _refuse(self, code: int) -> None:
-        await self.accept()
-        await self.close(code=code)
-
-    async def _join(self, group: str) -> None:
-        self.group = group
-        await self.channel_layer.group_add(group, self.channel_name)
-        await _watchers(group, +1)
-        await self.accept()
-
-    async def _leave(self) -> None:
-        """Leave the group and give the socket's slot back; safe to call twice."""
-        group, self.group = self.group, None
-        if group:
-            await self.channel_layer.group_discard(group, self.channel_name)
-            await _watchers(group, -1)
-        user_id, self.slot_user_id = self.slot_user_id, None
-        if user_id is not None:
-            await _release_socket_slot(user_id, self.channel_name)
-
-    async def _still_allowed(self) -> bool:
-        """Re-check the socket's right to what it watches, at most once per interval; on a
-        failure close it with 4403 (the caller then drops the push)."""
-        if self.revoked:
-            return False
-        now = time.monotonic()
-        if now - self.checked_at < reauth_interval_s():
-            return True
-        self.checked_at = now
-        if await self._allowed(self.scope["user"]):
-            if self.slot_user_id is not None:
-                await _touch_socket_slot(self.slot_user_id, self.channel_name)
-            return True
-        self.revoked = True
-        await self._leave()
-        await self.close(code=CLOSE_FORBIDDEN)
-        return False
-
-    async def _forward(self, message: dict) -> None:
-        if await self._still_allowed():
-            await self.send(text_data=message["html"])
-
-    async def disconnect(self, code: int) -> None:
-        await self._leave()
-
-    async def receive(self, text_data=None, bytes_data=None) -> None:
-        """Pages only listen; anything they send is ignored."""
-
-
-class JobConsumer(_GroupConsumer):
+class JobConsumer(GroupConsumer):
     def _object_id(self) -> str:
         return self.scope["url_route"]["kwargs"]["job_id"]
 
@@ -210,7 +73,7 @@ class JobConsumer(_GroupConsumer):
         await self._forward(message)
 
 
-class ProjectJobsConsumer(_GroupConsumer):
+class ProjectJobsConsumer(GroupConsumer):
     def _object_id(self) -> str:
         return self.scope["url_route"]["kwargs"]["project_id"]
 

@@ -14,21 +14,16 @@ from __future__ import annotations
 
 import logging
 
-import redis
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.db import connection
 
+from apps.core.live import WATCH_KEY, WATCH_TTL_S, watch_key, watched  # noqa: F401 (offered here)
 from apps.core.transactions import after_commit
 from apps.jobs.live import partials
 from apps.jobs.models import Job
 
 logger = logging.getLogger(__name__)
-
-WATCH_KEY = "trainyard:watchers:{group}"
-WATCH_TTL_S = 24 * 3600
-_redis: redis.Redis | None = None
 
 
 def job_group(job_public_id: str) -> str:
@@ -37,26 +32,6 @@ def job_group(job_public_id: str) -> str:
 
 def project_group(project_public_id: str) -> str:
     return f"project.{project_public_id}"
-
-
-def _client() -> redis.Redis:
-    global _redis
-    if _redis is None:
-        _redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-    return _redis
-
-
-def watch_key(group: str) -> str:
-    return WATCH_KEY.format(group=group)
-
-
-def watched(group: str) -> bool:
-    """Whether any page holds a socket on `group` now. A crashed consumer may leave a count
-    behind (it expires within a day): that only costs a push nobody receives."""
-    try:
-        return int(_client().get(watch_key(group)) or 0) > 0
-    except redis.RedisError:
-        return True
 
 
 def bump_live_seq(job_pk: int, *, user_lines: int = 0, system_lines: int = 0) -> int:
