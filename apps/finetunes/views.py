@@ -133,8 +133,8 @@ def job_new(request: HttpRequest, org_slug: str, project_slug: str) -> HttpRespo
         "project": project,
         "finetune_form": finetune_form,
         "container_form": container_form,
-        "finetune_quote": new_job.form_quote(finetune_form),
-        "container_quote": new_job.form_quote(container_form),
+        "finetune_quote": new_job.form_quote(finetune_form, organization),
+        "container_quote": new_job.form_quote(container_form, organization),
         "secrets": Secret.objects.for_org(organization).order_by("name").only("name", "keys"),
     }
     return TemplateResponse(request, "jobs/new.html", context)

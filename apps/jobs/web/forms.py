@@ -27,6 +27,9 @@ from apps.secrets.models import Secret
 # (and the live quote says so before submitting).
 GPU_COUNT_CHOICES = [(count, str(count)) for count in range(1, 9)]
 
+# Fields besides the compute choice that change what a job holds at submit.
+HOLD_FIELDS = ("priority_class", "max_price_usd_hr", "max_cost_usd")
+
 PRIORITY_CLASSES = [
     ("standard", "Standard"),
     ("preemptible", "Preemptible"),
@@ -153,6 +156,11 @@ class JobForm(forms.Form):
             }
             for name in ("accelerator", "gpu_count"):
                 self.fields[name].widget.attrs.update(live)
+            # The quote also shows the hold, which the priority class and limits change
+            # (js/new-job.js adds them to every quote request of the form).
+            for name in HOLD_FIELDS:
+                if name in self.fields:
+                    self.fields[name].widget.attrs.update(live)
 
     def clean_priority_class(self) -> str:
         return self.cleaned_data["priority_class"] or "standard"

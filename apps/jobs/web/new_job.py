@@ -1,10 +1,15 @@
 """What the New Job page needs of jobs: submitting a job form, and the live quote its
 accelerator and GPU-count selects ask for with htmx. The page itself, which also holds the
-fine-tune form, is `apps.finetunes.views.job_new`."""
+fine-tune form, is `apps.finetunes.views.job_new`.
+
+Beside the price, the quote says what submitting would hold of the organization's
+available balance (`services.hold_for`: two hours at the price ceiling) and whether the
+balance covers it, so a 402 at submit is never a surprise."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -14,14 +19,29 @@ from django.views.decorators.http import require_GET
 
 from apps.accounts.models import Organization, User
 from apps.accounts.tenancy import membership_for_slug
+from apps.billing import selectors as billing_selectors
+from apps.billing.holds import COVER_HOURS
 from apps.catalog.models import Accelerator
 from apps.core.errors import ApiError
-from apps.core.money import format_usd
+from apps.core.money import format_usd, usd_to_micros
 from apps.jobs import services
+from apps.jobs.ceilings import BidTooLow
 from apps.jobs.execution import placement
 from apps.jobs.models import Job
 from apps.jobs.web.forms import JobForm
 from apps.projects.models import Project
+
+
+@dataclass(frozen=True)
+class HoldShown:
+    """What submitting would hold (or why it cannot: `problem`, e.g. a ceiling too low), the
+    organization's available balance, and whether that falls short."""
+
+    problem: str | None = None
+    hold: str | None = None
+    available: str | None = None
+    short: bool = False
+    cover_hours: int = COVER_HOURS
 
 
 @dataclass(frozen=True)
@@ -34,11 +54,67 @@ class QuoteShown:
     accelerator: str = ""
     gpu_count: int | None = None
     price: str | None = None
+    hold: HoldShown | None = None
 
 
-def quote_shown(accelerator: str, gpu_count: str | int | None) -> QuoteShown:
+def _usd(value: object) -> int | None:
+    """A dollar amount as typed into a limit field (blank or unreadable: none)."""
+    if value in (None, ""):
+        return None
+    try:
+        amount = Decimal(str(value))
+    except InvalidOperation:
+        return None
+    return usd_to_micros(amount) if amount.is_finite() and amount >= 0 else None
+
+
+def hold_shown(
+    organization: Organization,
+    *,
+    accelerator: str,
+    gpu_count: int,
+    priority_class: str | None = None,
+    max_price_usd_hr: object = None,
+    max_cost_usd: object = None,
+) -> HoldShown | None:
+    """The hold a job of this selection would place at submit, beside the available
+    balance; None when it would hold nothing (no offer prices it, so nothing is known).
+    `hold_for` reads only the compute, limits and priority class of the normalised spec, so
+    the quote builds just those from what is typed so far."""
+    spec = {
+        "priority_class": priority_class if priority_class == "preemptible" else "standard",
+        "compute": {"accelerator": accelerator, "gpu_count": gpu_count},
+        "limits": {
+            "max_price_micros_hr": _usd(max_price_usd_hr),
+            "max_cost_micros": _usd(max_cost_usd),
+        },
+    }
+    try:
+        amount = services.hold_for(spec)
+    except BidTooLow as error:
+        return HoldShown(problem=str(error.detail))
+    if amount <= 0:
+        return None
+    available = billing_selectors.account_summary(organization.pk).available_micros
+    return HoldShown(
+        hold=format_usd(amount),
+        available=format_usd(max(available, 0)),
+        short=amount > available,
+    )
+
+
+def quote_shown(
+    accelerator: str,
+    gpu_count: str | int | None,
+    *,
+    organization: Organization | None = None,
+    priority_class: str | None = None,
+    max_price_usd_hr: object = None,
+    max_cost_usd: object = None,
+) -> QuoteShown:
     """The quote for a selection as typed, which may name no accelerator or a count it does
-    not come in: those are answers for the person choosing, not errors."""
+    not come in: those are answers for the person choosing, not errors. With the
+    organization, it also says what submitting would hold of its balance."""
     chosen = Accelerator.objects.filter(name=accelerator).first() if accelerator else None
     if chosen is None:
         return QuoteShown(problem="Choose an accelerator from the catalog.")
@@ -56,13 +132,38 @@ def quote_shown(accelerator: str, gpu_count: str | int | None) -> QuoteShown:
     if result.available:
         low, high = format_usd(result.price_min_micros_hr), format_usd(result.price_max_micros_hr)
         price = f"{low}\N{EN DASH}{high} / h"
+    hold = None
+    if organization is not None:
+        hold = hold_shown(
+            organization,
+            accelerator=chosen.name,
+            gpu_count=count,
+            priority_class=priority_class,
+            max_price_usd_hr=max_price_usd_hr,
+            max_cost_usd=max_cost_usd,
+        )
     return QuoteShown(
-        available=result.available, accelerator=chosen.display_name, gpu_count=count, price=price
+        available=result.available,
+        accelerator=chosen.display_name,
+        gpu_count=count,
+        price=price,
+        hold=hold,
     )
 
 
-def form_quote(form: JobForm) -> QuoteShown:
-    return quote_shown(form["accelerator"].value(), form["gpu_count"].value())
+def _value(form: JobForm, name: str) -> object:
+    return form[name].value() if name in form.fields else None
+
+
+def form_quote(form: JobForm, organization: Organization | None = None) -> QuoteShown:
+    return quote_shown(
+        form["accelerator"].value(),
+        form["gpu_count"].value(),
+        organization=organization,
+        priority_class=_value(form, "priority_class"),
+        max_price_usd_hr=_value(form, "max_price_usd_hr"),
+        max_cost_usd=_value(form, "max_cost_usd"),
+    )
 
 
 def submit(
@@ -95,6 +196,13 @@ def submit(
 def job_quote(request: HttpRequest, org_slug: str) -> HttpResponse:
     """The quote partial for `accelerator` and `gpu_count`, swapped into the page by htmx.
     Readable by viewers too, as the quote API is: it reserves nothing."""
-    membership_for_slug(request.user, org_slug)
-    shown = quote_shown(request.GET.get("accelerator", ""), request.GET.get("gpu_count"))
+    membership = membership_for_slug(request.user, org_slug)
+    shown = quote_shown(
+        request.GET.get("accelerator", ""),
+        request.GET.get("gpu_count"),
+        organization=membership.organization,
+        priority_class=request.GET.get("priority_class"),
+        max_price_usd_hr=request.GET.get("max_price_usd_hr"),
+        max_cost_usd=request.GET.get("max_cost_usd"),
+    )
     return TemplateResponse(request, "jobs/partials/quote.html", {"quote": shown})
