@@ -2,14 +2,15 @@
 
 Every transfer is written with its accounts' cached sums, in one transaction, with `F()`
 updates. An idempotency key already used returns the transfer written under it and moves
-nothing again, so a redelivered task or a retried request never counts twice.
+nothing again, so a redelivered task or a retried request never counts twice (the database's
+unique constraint decides, in the INSERT itself).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q, Sum
 
 from apps.accounts.models import Organization, User
@@ -38,8 +39,17 @@ def accounts_for(organization_id: int) -> dict[str, Account]:
 def lock_wallet(organization_id: int) -> Account:
     """The organization's wallet, its row locked until the transaction ends. Every check of
     the available balance followed by a hold takes this lock first."""
-    wallet = accounts_for(organization_id)[Kind.WALLET]
-    return Account.objects.select_for_update().get(pk=wallet.pk)
+    wallet = (
+        Account.objects.select_for_update()
+        .filter(organization_id=organization_id, kind=Kind.WALLET)
+        .first()
+    )
+    if wallet is None:
+        accounts_for(organization_id)
+        wallet = Account.objects.select_for_update().get(
+            organization_id=organization_id, kind=Kind.WALLET
+        )
+    return wallet
 
 
 def transfer(
@@ -60,26 +70,19 @@ def transfer(
     if amount_micros <= 0:
         raise ValueError("A transfer moves a positive amount.")
     accounts = accounts_for(organization_id)
-    state = State.PENDING if pending else State.POSTED
+    row = Transfer(
+        debit_account=accounts[debit],
+        credit_account=accounts[credit],
+        amount_micros=amount_micros,
+        code=code,
+        state=State.PENDING if pending else State.POSTED,
+        idempotency_key=idempotency_key,
+        organization_id=organization_id,
+        memo=memo[:500],
+        **links,
+    )
     with transaction.atomic():
-        existing = Transfer.objects.filter(idempotency_key=idempotency_key).first()
-        if existing is not None:
-            return existing
-        try:
-            with transaction.atomic():
-                row = Transfer.objects.create(
-                    debit_account=accounts[debit],
-                    credit_account=accounts[credit],
-                    amount_micros=amount_micros,
-                    code=code,
-                    state=state,
-                    idempotency_key=idempotency_key,
-                    organization_id=organization_id,
-                    memo=memo[:500],
-                    **links,
-                )
-        except IntegrityError:
-            # The same key written by a concurrent call: that one counts, this one doesn't.
+        if not _insert_once(row):
             return Transfer.objects.get(idempotency_key=idempotency_key)
         column = "pending" if pending else "posted"
         _add(accounts[debit].pk, f"{column}_debits", amount_micros)
@@ -94,27 +97,21 @@ def resolve(hold: Transfer, *, post: bool, memo: str = "") -> Transfer:
     if hold.state != State.PENDING:
         raise ValueError("Only a pending transfer can be posted or voided.")
     state = State.POSTED if post else State.VOIDED
-    key = f"{state}:{hold.pk}"
+    row = Transfer(
+        debit_account_id=hold.debit_account_id,
+        credit_account_id=hold.credit_account_id,
+        amount_micros=hold.amount_micros,
+        code=hold.code,
+        state=state,
+        pending=hold,
+        idempotency_key=f"{state}:{hold.pk}",
+        organization_id=hold.organization_id,
+        project_id=hold.project_id,
+        job_id=hold.job_id,
+        memo=memo[:500],
+    )
     with transaction.atomic():
-        existing = Transfer.objects.filter(pending=hold).first()
-        if existing is not None:
-            return existing
-        try:
-            with transaction.atomic():
-                row = Transfer.objects.create(
-                    debit_account_id=hold.debit_account_id,
-                    credit_account_id=hold.credit_account_id,
-                    amount_micros=hold.amount_micros,
-                    code=hold.code,
-                    state=state,
-                    pending=hold,
-                    idempotency_key=key,
-                    organization_id=hold.organization_id,
-                    project_id=hold.project_id,
-                    job_id=hold.job_id,
-                    memo=memo[:500],
-                )
-        except IntegrityError:
+        if not _insert_once(row):  # settled already (posted or voided): that one stands
             return Transfer.objects.get(pending=hold)
         _add(hold.debit_account_id, "pending_debits", -hold.amount_micros)
         _add(hold.credit_account_id, "pending_credits", -hold.amount_micros)
@@ -123,6 +120,29 @@ def resolve(hold: Transfer, *, post: bool, memo: str = "") -> Transfer:
             _add(hold.credit_account_id, "posted_credits", hold.amount_micros)
         changed_on_commit(hold.organization_id)
     return row
+
+
+def _insert_once(row: Transfer) -> bool:
+    """Insert `row` unless a transfer with its idempotency key (or, for a resolution, one
+    settling the same pending transfer) exists: one statement, `INSERT ... ON CONFLICT DO
+    NOTHING`, so a duplicate neither raises nor needs a savepoint. True when inserted."""
+    fields = [f for f in Transfer._meta.concrete_fields if not f.primary_key]
+    table = connection.ops.quote_name(Transfer._meta.db_table)
+    columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    values = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
+    placeholders = ", ".join(["%s"] * len(fields))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) VALUES ({placeholders}) "
+            "ON CONFLICT DO NOTHING RETURNING id",
+            values,
+        )
+        inserted = cursor.fetchone()
+    if inserted is None:
+        return False
+    row.pk = inserted[0]
+    row._state.adding = False
+    return True
 
 
 def _add(account_id: int, column: str, amount: int) -> None:
