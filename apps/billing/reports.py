@@ -1,9 +1,10 @@
 """The usage report: what each resource (a job today, a service later) was billed in a time
 window, from the posted `usage` transfers, as a cursor page or as CSV.
 
-Rows are grouped per job; its type, public id and name come from its meters (written at
-billing time, so a report needs nothing of `jobs`). `billable_seconds` is sixty times the
-whole minutes billed; amounts are summed in micro-dollars and turned into dollars last.
+Rows are grouped per job; its type, public id and name come from its newest meter (written
+at billing time, so a report needs nothing of `jobs`), looked up a batch of rows at a time.
+`billable_seconds` is sixty times the whole minutes billed; amounts are summed in
+micro-dollars and turned into dollars last.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import OuterRef, QuerySet, Subquery, Sum
+from django.db.models import QuerySet, Sum
 
 from apps.billing.models import Meter, Transfer
 from apps.core.errors import InvalidRequest
@@ -51,27 +52,31 @@ def _posted_usage(organization_id: int, window: Window, resource_type: str | Non
     return usage
 
 
-def _meter_of_job(field: str) -> Subquery:
-    return Subquery(
-        Meter.objects.filter(job_id=OuterRef("job_id")).order_by("-id").values(field)[:1]
-    )
-
-
-def usage_rows(organization_id: int, window: Window, resource_type: str | None = None) -> QuerySet:
-    """One dict per resource billed in the window, ordered by job id: `job_id`,
-    `resource_type`, `resource_id`, `name`, `minutes` and `micros`."""
+def _grouped(organization_id: int, window: Window, resource_type: str | None) -> QuerySet:
     return (
         _posted_usage(organization_id, window, resource_type)
         .values("job_id")
-        .annotate(
-            minutes=Sum("minutes"),
-            micros=Sum("amount_micros"),
-            resource_type=_meter_of_job("resource_type"),
-            resource_id=_meter_of_job("resource_id"),
-            name=_meter_of_job("resource_name"),
-        )
+        .annotate(minutes=Sum("minutes"), micros=Sum("amount_micros"))
         .order_by("job_id")
     )
+
+
+def _named(rows: list[dict]) -> list[dict]:
+    """`rows` with each job's `resource_type`, `resource_id` and `name` from its newest
+    meter: one indexed query per batch, never a subquery per row."""
+    meters = (
+        Meter.objects.filter(job_id__in=[row["job_id"] for row in rows])
+        .order_by("job_id", "-id")
+        .values_list("job_id", "resource_type", "resource_id", "resource_name")
+    )
+    names: dict[int, tuple[str, str, str]] = {}
+    for job_id, *fields in meters:
+        names.setdefault(job_id, tuple(fields))
+    for row in rows:
+        row["resource_type"], row["resource_id"], row["name"] = names.get(
+            row["job_id"], ("job", "", "")
+        )
+    return rows
 
 
 def usage_totals(
@@ -79,25 +84,25 @@ def usage_totals(
 ) -> dict[str, int]:
     """Micro-dollars billed in the window over every row (not one page): `total` and one
     entry per resource type."""
-    by_type = (
-        _posted_usage(organization_id, window, resource_type)
-        .annotate(kind=_meter_of_job("resource_type"))
-        .values("kind")
-        .annotate(micros=Sum("amount_micros"))
-        .order_by()
+    usage = _posted_usage(organization_id, window, resource_type)
+    total = usage.aggregate(micros=Sum("amount_micros"))["micros"] or 0
+    services = Meter.objects.filter(organization_id=organization_id, resource_type="service")
+    service = (
+        usage.filter(job_id__in=services.values("job_id")).aggregate(micros=Sum("amount_micros"))[
+            "micros"
+        ]
+        or 0
     )
-    totals = dict.fromkeys(RESOURCE_TYPES, 0)
-    for row in by_type:
-        totals[row["kind"]] = totals.get(row["kind"], 0) + row["micros"]
-    totals["total"] = sum(totals.values())
-    return totals
+    return {"total": total, "job": total - service, "service": service}
 
 
 def usage_page(
     organization_id: int, window: Window, page: PageRequest, resource_type: str | None = None
 ) -> tuple[list[dict], str | None, int]:
-    """One keyset page of `usage_rows` (by job id), the next cursor and the row count."""
-    rows = usage_rows(organization_id, window, resource_type)
+    """One keyset page of the resources billed in the window (by job id), the next cursor
+    and the row count. Each row: `job_id`, `resource_type`, `resource_id`, `name`,
+    `minutes` and `micros`."""
+    rows = _grouped(organization_id, window, resource_type)
     total = rows.count()
     if page.after is not None:
         last = page.after[0]
@@ -111,7 +116,21 @@ def usage_page(
     if len(items) > page.limit:
         items = items[: page.limit]
         next_cursor = encode_cursor([items[-1]["job_id"]])
-    return items, next_cursor, total
+    return _named(items), next_cursor, total
+
+
+def usage_rows(
+    organization_id: int, window: Window, resource_type: str | None = None
+) -> Iterator[dict]:
+    """Every resource billed in the window, by job id, read `ITERATOR_CHUNK` rows at a
+    time from a server-side cursor (rows as in `usage_page`)."""
+    batch: list[dict] = []
+    for row in _grouped(organization_id, window, resource_type).iterator(chunk_size=ITERATOR_CHUNK):
+        batch.append(row)
+        if len(batch) == ITERATOR_CHUNK:
+            yield from _named(batch)
+            batch = []
+    yield from _named(batch)
 
 
 def exact_usd(micros: int) -> str:
@@ -153,5 +172,4 @@ def usage_csv(
     organization_id: int, window: Window, resource_type: str | None = None
 ) -> Iterator[str]:
     """The whole report as CSV, read from the database `ITERATOR_CHUNK` rows at a time."""
-    rows = usage_rows(organization_id, window, resource_type)
-    return csv_lines(rows.iterator(chunk_size=ITERATOR_CHUNK))
+    return csv_lines(usage_rows(organization_id, window, resource_type))
