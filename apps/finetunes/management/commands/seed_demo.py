@@ -1,5 +1,6 @@
 """`manage.py seed_demo`: the demo organization, project and user that `make run` signs you
-in with. Safe to run any number of times; it never resets a password that was changed."""
+in with, and the organization's credits (granted once). Safe to run any number of times; it
+never resets a password that was changed."""
 
 import os
 
@@ -8,7 +9,9 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from apps.accounts.models import Membership, Organization, Role, User
-from apps.finetunes.demo import demo_datasets_dir, demo_model_dir
+from apps.billing import ledger
+from apps.core.money import format_usd
+from apps.finetunes.demo import demo_datasets_dir, demo_model_dir, grant_demo_credits
 from apps.projects.models import Project
 
 DEMO_ORG = "demo"
@@ -43,6 +46,9 @@ class Command(BaseCommand):
                 "description": "A first project to submit jobs in.",
             },
         )
+        grant_demo_credits(org)
+        balance = ledger.balance(org.pk).balance_micros
+        self.stdout.write(f"Demo credits: balance {format_usd(balance)}")
         shown = password if created else f"{password} (unless it was changed since)"
         self._seed_finetune_assets()
         self.stdout.write(f"Demo ready: sign in at {settings.WEB_URL}/ as {DEMO_USER} / {shown}")
