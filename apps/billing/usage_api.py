@@ -53,10 +53,17 @@ def _time_param(params, name: str) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def _days_before(end: datetime) -> datetime:
+    try:
+        return end - DEFAULT_WINDOW
+    except OverflowError:  # `to` within 30 days of year 1
+        return datetime.min.replace(tzinfo=UTC)
+
+
 def filters(params) -> tuple[reports.Window, str | None]:
     """The window and resource type a request asks for, or 400 naming the bad parameter."""
     end = _time_param(params, "to") or timezone.now()
-    start = _time_param(params, "from") or end - DEFAULT_WINDOW
+    start = _time_param(params, "from") or _days_before(end)
     if start > end:
         raise InvalidRequest("from must not be after to.", param="from")
     resource_type = params.get("resource_type") or None

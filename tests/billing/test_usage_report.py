@@ -147,6 +147,22 @@ def test_bad_filters_are_400_naming_the_parameter(api_client_for, org, url, para
     }
 
 
+@pytest.mark.parametrize("url", [URL, CSV_URL])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"to": "0001-01-01"},
+        {"from": "0001-01-01T00:00:00+05:00"},
+        {"to": "9999-12-31T23:59:59-05:00"},
+    ],
+)
+def test_times_at_the_ends_of_the_calendar_are_an_empty_window_not_an_error(
+    api_client_for, org, url, params
+):
+    response = api_client_for(org).get(url, params)
+    assert response.status_code == 200
+
+
 def test_resource_type_filters_rows_and_summary(api_client_for, org, jobs):
     api = api_client_for(org)
     services = api.get(URL, {"resource_type": "service"}).json()
