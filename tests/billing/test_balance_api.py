@@ -73,9 +73,7 @@ def test_a_signed_in_member_reads_the_balance_with_a_session(client_for, member)
     assert response.json()["balance_usd"] == 1000.0
 
 
-def test_the_summary_has_this_months_spend_budgets_and_spend_per_day(
-    api_client_for, org, project
-):
+def test_the_summary_has_this_months_spend_budgets_and_spend_per_day(api_client_for, org, project):
     billed_job(org, minutes=20, project=project.public_id)
     billed_job(org, minutes=10)
     Budget.objects.create(
