@@ -1,11 +1,11 @@
 """`/api/v1/compute/usage` and `/api/v1/compute/usage.csv`: what each resource was billed in
 a window, from the ledger's posted usage.
 
-The window is `[from, to)` in ISO 8601 (a time without a zone is UTC), by default the last
-30 days up to now. `summary` covers every row of the window and filter, not only the page;
-the CSV streams every row, read in chunks, so its memory stays flat, and its `accrued_usd`
-column sums exactly to `summary.total_usd`. Both answer API keys and signed-in sessions
-(the Billing page links to the CSV).
+The window is `[from, to)` in ISO 8601 (a time without a zone is UTC; the answer gives both
+in UTC), by default the last 30 days up to now. `summary` covers every row of the window and
+filter, not only the page; the CSV streams every row, read in chunks, so its memory stays
+flat, and its `accrued_usd` column sums exactly to `summary.total_usd`. Both answer API keys
+and signed-in sessions (the Billing page links to the CSV).
 """
 
 from __future__ import annotations
@@ -50,7 +50,12 @@ def _time_param(params, name: str) -> datetime | None:
         parsed = None
     if parsed is None:
         raise InvalidRequest(f"{name} must be an ISO 8601 date or time.", param=name)
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:  # in UTC: the database takes zone offsets of under 16 hours only
+        return parsed.astimezone(UTC)
+    except OverflowError:  # past either end of the calendar once in UTC
+        return (datetime.min if parsed.year == 1 else datetime.max).replace(tzinfo=UTC)
 
 
 def _days_before(end: datetime) -> datetime:
