@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Q, Sum
+from django.db.models import Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from apps.billing import ledger
+from apps.billing import history, ledger
 from apps.billing.budgets import period_start, spent_micros
-from apps.billing.models import Account, Budget, BudgetNotice, Transfer
+from apps.billing.models import Budget, BudgetNotice, Transfer
 from apps.billing.usage import burn_micros_hr
 from apps.core.pagination import PageRequest, id_page
 
@@ -81,12 +81,24 @@ def spend_per_day(organization_id: int, days: int = 30) -> list[dict]:
 
 @dataclass(frozen=True)
 class WalletLine:
-    """One transfer as the wallet sees it: `signed_micros` is positive when it credits the
-    wallet and negative when it debits it (a hold reserves, so it is negative while
-    pending)."""
+    """One transfer as the wallet sees it. `effect`: `credit` or `debit` for posted money
+    (the balance moved), `hold` for a pending reservation, `release` for a hold voided (only
+    what is available moved)."""
 
     transfer: Transfer
-    signed_micros: int
+    effect: str
+
+    @property
+    def moves_balance(self) -> bool:
+        return self.effect in ("credit", "debit")
+
+
+def _effect(transfer: Transfer) -> str:
+    if transfer.state == Transfer.State.PENDING:
+        return "hold"
+    if transfer.state == Transfer.State.VOIDED:
+        return "release"
+    return history.direction(transfer)
 
 
 def wallet_transfers_page(
@@ -94,24 +106,10 @@ def wallet_transfers_page(
 ) -> tuple[list[WalletLine], str | None]:
     """One page of the transfers touching the organization's wallet, by keyset on id
     (newest first when `page.descending`), and the next page's cursor (or None)."""
-    wallet = Account.objects.filter(
-        organization_id=organization_id, kind=Account.Kind.WALLET
-    ).first()
-    if wallet is None:
-        return [], None
-    queryset = (
-        Transfer.objects.filter(organization_id=organization_id)
-        .filter(Q(debit_account_id=wallet.pk) | Q(credit_account_id=wallet.pk))
-        .select_related("job")
+    rows, next_cursor = id_page(
+        history.wallet_transfers(organization_id).select_related("job"), page
     )
-    rows, next_cursor = id_page(queryset, page)
-    lines = [
-        WalletLine(
-            row, row.amount_micros if row.credit_account_id == wallet.pk else -row.amount_micros
-        )
-        for row in rows
-    ]
-    return lines, next_cursor
+    return [WalletLine(row, _effect(row)) for row in rows], next_cursor
 
 
 def recent_notices(organization_id: int, limit: int = 10) -> list[BudgetNotice]:

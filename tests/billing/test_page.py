@@ -203,6 +203,24 @@ class TestPage:
         assert f'href="/o/acme/jobs/{attempt.job.public_id}/"' in html
         assert "<td>30</td>" in html
 
+    def test_a_hold_shows_as_held_and_its_void_as_released_not_as_spend(
+        self, client_for, member, org
+    ):
+        from apps.jobs import services
+        from tests.jobs.helpers import job_body
+
+        job = services.job_create(organization=org, payload=job_body(), idempotency_key="k").job
+        services.job_terminate(job=job)
+        hold = Transfer.objects.get(organization=org, code="hold", state="pending")
+        void = Transfer.objects.get(pending=hold)
+
+        body = client_for(member).get(PAGE).content.decode()
+
+        held = re.search(rf'<tr id="transfer-{hold.pk}".*?</tr>', body, re.S).group(0)
+        released = re.search(rf'<tr id="transfer-{void.pk}".*?</tr>', body, re.S).group(0)
+        assert "held $0.20" in held and "\N{MINUS SIGN}" not in held
+        assert "released $0.20" in released
+
     def test_a_bad_cursor_shows_the_newest(self, client_for, member, org):
         response = client_for(member).get(PAGE, {"cursor": "not-a-cursor"})
         assert response.status_code == 200
