@@ -115,8 +115,16 @@ def _kept_headers(response: Response) -> dict[str, str]:
     }
 
 
+API_PREFIXES = ("/api/", "/v1/")
+
+
+def is_api_path(path: str) -> bool:
+    """Whether `path` is the API's (ours under /api/, the OpenAI-compatible one under /v1/)."""
+    return path.startswith(API_PREFIXES)
+
+
 def _is_api(request: HttpRequest) -> bool:
-    return request.path.startswith("/api/")
+    return is_api_path(request.path)
 
 
 def handler400(request: HttpRequest, exception: Exception) -> HttpResponse:
