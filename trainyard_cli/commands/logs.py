@@ -1,0 +1,97 @@
+"""`trainyard logs JOB [-f]`: print a job's log lines; with -f, follow them until the job
+ends and exit with the job's exit code, so `trainyard logs -f $JOB && next-step` works.
+
+Following polls the logs endpoint with its cursor. The last page of a list has no
+`next_cursor`, so the follower keeps the cursor of the last full page and remembers the ids
+it printed since: asking again from that cursor returns those lines and any new ones, and
+only the new ones are printed (at most one page is ever asked for twice). The job's state is
+read before each round of log pages, and the follower stops after a round that began with
+the job ended, so lines written just before the end are never cut off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from trainyard_cli import output
+from trainyard_cli.commands import Context, seg
+from trainyard_cli.commands.jobs import JOBS
+
+TERMINAL = frozenset({"succeeded", "failed", "terminated"})
+PAGE = 500
+
+
+def job_exit_code(job: dict) -> int:
+    """0 when it succeeded; the workload's exit code when it failed with one (kept within
+    0-255 as a process's is; a signal's negative code becomes 128+N); else 1."""
+    if job["state"] == "succeeded":
+        return 0
+    code = job.get("exit_code")
+    if job["state"] == "failed" and isinstance(code, int) and code != 0:
+        code = 128 - code if code < 0 else code
+        return code & 0xFF or 1
+    return 1
+
+
+def print_line(line: dict, as_json: bool) -> None:
+    if as_json:
+        output.print_json_line(line)
+        return
+    message = line.get("message", "")
+    if line.get("source") == "system":
+        sys.stderr.write(f"[trainyard] {message}\n")
+        sys.stderr.flush()
+    else:
+        stream = sys.stderr if line.get("stream") == "stderr" else sys.stdout
+        stream.write(message + "\n")
+        stream.flush()
+
+
+class Follower:
+    """New log lines of one job, page by page, each line once."""
+
+    def __init__(self, ctx: Context, job_id: str, source: str | None) -> None:
+        self.ctx, self.path, self.source = ctx, f"{JOBS}/{seg(job_id)}/logs", source
+        self.cursor: str | None = None
+        self.seen: set[str] = set()
+
+    def new_lines(self) -> list[dict]:
+        fresh: list[dict] = []
+        while True:
+            page = self.ctx.client.get_json(
+                self.path, {"limit": PAGE, "source": self.source, "cursor": self.cursor}
+            )
+            fresh += [line for line in page["data"] if line["id"] not in self.seen]
+            if page.get("next_cursor"):
+                self.cursor, self.seen = page["next_cursor"], set()
+            else:
+                self.seen.update(line["id"] for line in page["data"])
+                return fresh
+
+
+def run(ctx: Context, args: argparse.Namespace) -> int:
+    job_path = f"{JOBS}/{seg(args.job)}"
+    follower = Follower(ctx, args.job, args.source)
+    if not args.follow:
+        lines = follower.new_lines()
+        if args.json:
+            output.print_json({"data": lines, "next_cursor": None, "total": len(lines)})
+        else:
+            for line in lines:
+                print_line(line, False)
+        return 0
+    while True:
+        job = ctx.client.get_json(job_path)
+        for line in follower.new_lines():
+            print_line(line, args.json)
+        if job["state"] in TERMINAL:
+            break
+        time.sleep(args.interval)
+    code = job_exit_code(job)
+    if not args.json:
+        detail = f", exit code {job['exit_code']}" if job.get("exit_code") is not None else ""
+        reason = f" ({job['reason']})" if job.get("reason") else ""
+        output.info(f"{job['id']} {job['state']}{reason}{detail}")
+    return code

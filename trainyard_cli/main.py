@@ -1,0 +1,222 @@
+"""The `trainyard` entry point: the parser, and the one place that turns errors into exit
+codes (0 ok; 2 a usage error or the API's 4xx; 3 no answer or a 5xx; `logs -f` the job's).
+
+A job's command goes after `--` (`trainyard jobs submit python:3.12 -- python train.py -v`):
+everything after the first `--` is the command, taken verbatim, never parsed as our flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import httpx
+
+from trainyard_cli import __version__, config, output
+from trainyard_cli.client import Client, CliError, UsageError
+from trainyard_cli.commands import (
+    Context,
+    artifacts,
+    datasets,
+    finetune,
+    jobs,
+    login,
+    logs,
+    metrics,
+    usage,
+)
+
+EXIT_INTERRUPTED = 130
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's errors exit 2 as ours do, with the same one-line `Error:` shape."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _json_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--json", action="store_true", help="print the API's JSON (and nothing else) on stdout"
+    )
+
+
+def _compute_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--accelerator", default="cpu", help="catalog name (default: cpu)")
+    parser.add_argument("--gpus", type=int, default=1, help="GPU count (default: 1)")
+    parser.add_argument("--disk-gb", type=int, default=20, help="ephemeral disk (default: 20)")
+    parser.add_argument("--priority", choices=["standard", "preemptible"])
+    parser.add_argument("--max-runtime-hours", type=float)
+    parser.add_argument("--max-cost", metavar="USD", help="stop the job at this spend")
+    parser.add_argument("--max-price", metavar="USD", help="price ceiling per GPU-hour")
+    parser.add_argument("--name")
+    parser.add_argument(
+        "--idempotency-key", help="reuse to make a retried submit return the same job"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(
+        prog="trainyard",
+        description="Run and watch jobs on a Trainyard control plane.",
+        epilog="Reads TRAINYARD_URL and TRAINYARD_API_KEY, else the file `trainyard login` "
+        "writes ($XDG_CONFIG_HOME/trainyard/config.json).",
+    )
+    parser.add_argument("--version", action="version", version=f"trainyard {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+
+    p = commands.add_parser("login", help="check a URL and API key and save them (0600)")
+    p.add_argument("--url", help="the control plane, e.g. https://trainyard.example.com")
+    p.add_argument("--api-key", help="ty_… (prompted for, or read from stdin, when left out)")
+    _json_flag(p)
+    p.set_defaults(handler=None)
+
+    group = commands.add_parser("jobs", help="submit, list and read jobs")
+    job_commands = group.add_subparsers(dest="jobs_command", metavar="COMMAND")
+    job_commands.required = True
+    p = job_commands.add_parser(
+        "submit",
+        help="submit a job: IMAGE [options] -- COMMAND...",
+        usage="trainyard jobs submit IMAGE [options] (-- COMMAND ... | --script FILE)",
+    )
+    p.add_argument("image", help="container image (`local`: the host runtime)")
+    p.add_argument("--script", metavar="FILE", help="a script to run instead of a command")
+    p.add_argument("--workdir", metavar="DIR", help="pack DIR (honouring .gitignore) and ship it")
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--secret", action="append", default=[], metavar="NAME=SECRET_ID:KEY")
+    p.add_argument("--project", help="project id (proj_…) or slug; default: `default`")
+    _compute_flags(p)
+    _json_flag(p)
+    p.set_defaults(handler=jobs.submit, takes_command=True)
+    p = job_commands.add_parser("list", help="jobs, newest first")
+    p.add_argument("--state")
+    p.add_argument("--project")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--cursor")
+    _json_flag(p)
+    p.set_defaults(handler=jobs.list_jobs)
+    p = job_commands.add_parser("get", help="one job")
+    p.add_argument("job")
+    _json_flag(p)
+    p.set_defaults(handler=jobs.get)
+
+    p = commands.add_parser("logs", help="a job's log lines; -f follows until it ends")
+    p.add_argument("job")
+    p.add_argument("-f", "--follow", action="store_true", help="exit with the job's exit code")
+    p.add_argument("--source", choices=["user", "system"])
+    p.add_argument("--interval", type=float, default=1.0, help=argparse.SUPPRESS)
+    _json_flag(p)
+    p.set_defaults(handler=logs.run)
+
+    p = commands.add_parser("metrics", help="a job's metric series")
+    p.add_argument("job")
+    p.add_argument("--name", help="every point of this series (e.g. loss)")
+    p.add_argument("--since-step", type=int)
+    _json_flag(p)
+    p.set_defaults(handler=metrics.run)
+
+    p = commands.add_parser("terminate", help="terminate a job (idempotent)")
+    p.add_argument("job")
+    _json_flag(p)
+    p.set_defaults(handler=jobs.terminate)
+
+    p = commands.add_parser("finetune", help="start a managed LoRA fine-tune")
+    p.add_argument("--project", required=True, help="project id (proj_…) or slug")
+    p.add_argument("--model", required=True, help="base model: hub id or a path on the host")
+    p.add_argument("--dataset", help="an uploaded dataset (ds_…) or a hub id")
+    p.add_argument("--dataset-file", metavar="FILE", help="upload FILE first, then train on it")
+    p.add_argument("--format", help="alpaca, chatml, sharegpt, prompt_completion, text, …")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--max-samples", type=int)
+    p.add_argument("--learning-rate", type=float)
+    _compute_flags(p)
+    _json_flag(p)
+    p.set_defaults(handler=finetune.run)
+
+    group = commands.add_parser("datasets", help="upload datasets")
+    data_commands = group.add_subparsers(dest="datasets_command", metavar="COMMAND")
+    data_commands.required = True
+    p = data_commands.add_parser("upload", help="upload FILE to PROJECT (rows are checked)")
+    p.add_argument("project", help="project id (proj_…) or slug")
+    p.add_argument("file")
+    p.add_argument("--format", help="alpaca, chatml, sharegpt, prompt_completion, text, …")
+    p.add_argument("--name", help="default: the file's name without its extension")
+    _json_flag(p)
+    p.set_defaults(handler=datasets.upload)
+
+    group = commands.add_parser("artifacts", help="list and download checkpoints and adapters")
+    art_commands = group.add_subparsers(dest="artifacts_command", metavar="COMMAND")
+    art_commands.required = True
+    p = art_commands.add_parser("list", help="a job's artifacts")
+    p.add_argument("job")
+    _json_flag(p)
+    p.set_defaults(handler=artifacts.list_artifacts)
+    p = art_commands.add_parser("download", help="download one (the sha256 is checked)")
+    p.add_argument("job")
+    p.add_argument("artifact", help="art_…")
+    p.add_argument("-o", "--output", metavar="FILE")
+    _json_flag(p)
+    p.set_defaults(handler=artifacts.download)
+
+    p = commands.add_parser("usage", help="billed usage per job in a window")
+    p.add_argument("--from", dest="since", metavar="WHEN", help="ISO 8601; default 30 days ago")
+    p.add_argument("--to", dest="until", metavar="WHEN", help="ISO 8601, exclusive; default now")
+    p.add_argument("--resource-type", choices=["job", "service"])
+    p.add_argument("--csv", action="store_true", help="the CSV report on stdout")
+    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--cursor")
+    _json_flag(p)
+    p.set_defaults(handler=usage.run)
+    return parser
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Our arguments, and the job's command after the first `--`."""
+    argv = list(argv)
+    if "--" in argv:
+        index = argv.index("--")
+        return argv[:index], argv[index + 1 :]
+    return argv, []
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    ours, command = split_command(argv)
+    parser = build_parser()
+    args = parser.parse_args(ours)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        raise UsageError("Name a command.")
+    if command and not getattr(args, "takes_command", False):
+        raise UsageError("Only `jobs submit` takes a command after `--`.")
+    args.job_command = command
+    return args
+
+
+def run(argv: Sequence[str], *, transport: httpx.BaseTransport | None = None) -> int:
+    """Run one command line; its exit code. `transport` lets tests answer in place of a
+    server."""
+    try:
+        args = parse(argv)
+        if args.handler is None:  # login: its own URL and key, no stored settings yet
+            return login.run(args, transport=transport)
+        client = Client(config.load(), transport=transport)
+        try:
+            return args.handler(Context(client), args)
+        finally:
+            client.close()
+    except CliError as error:
+        output.render_error(error)
+        return error.exit_code
+    except config.ConfigError as error:
+        output.render_error(UsageError(str(error)))
+        return UsageError.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # `trainyard jobs list | head`
+        return 0
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))
