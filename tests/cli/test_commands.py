@@ -388,3 +388,25 @@ def test_submit_with_a_workdir_uploads_the_archive_then_names_it(cli, api, tmp_p
         assert sorted(tar.getnames()) == [".gitignore", "main.py"]
     (body,) = api.bodies("POST", JOBS)
     assert body["container"]["workdir"] == "wd_1"
+
+
+def test_logs_follow_waits_out_a_server_that_goes_away(cli, api, capsys, monkeypatch):
+    monkeypatch.setattr("trainyard_cli.commands.logs.time.sleep", lambda seconds: None)
+    answers = iter(["down", "down", "down", "down", "down", "down", "succeeded"])
+
+    def job(request):
+        answer = next(answers)
+        if answer == "down":
+            raise httpx.ConnectError("Connection refused", request=request)
+        return httpx.Response(200, json=_job(state=answer, exit_code=0))
+
+    api.on("GET", f"{JOBS}/job_abc", job)
+    api.on("GET", f"{JOBS}/job_abc/logs", {"data": [], "next_cursor": None, "total": 0})
+
+    assert cli("logs", "job_abc", "-f", "--interval", "0") == 0
+    assert capsys.readouterr().err.count("Lost the server") == 1
+
+
+def test_logs_follow_gives_up_on_a_4xx_at_once(cli, api, capsys):
+    assert cli("logs", "job_missing", "-f", "--interval", "0") == 2
+    assert "Not found." in capsys.readouterr().err

@@ -12,7 +12,10 @@ from trainyard_cli.client import Client, UsageError
 
 
 def run(args: argparse.Namespace, transport=None) -> int:
-    url = config.normalise_url(args.url or os.environ.get(config.URL_ENV, ""))
+    url = args.url or os.environ.get(config.URL_ENV, "")
+    if not url:
+        raise UsageError("Give the control plane's address with --url (or TRAINYARD_URL).")
+    url = config.normalise_url(url)
     key = args.api_key or os.environ.get(config.KEY_ENV, "")
     if not key:
         if not sys.stdin.isatty():

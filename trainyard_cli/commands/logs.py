@@ -6,7 +6,9 @@ Following polls the logs endpoint with its cursor. The last page of a list has n
 it printed since: asking again from that cursor returns those lines and any new ones, and
 only the new ones are printed (at most one page is ever asked for twice). The job's state is
 read before each round of log pages, and the follower stops after a round that began with
-the job ended, so lines written just before the end are never cut off.
+the job ended, so lines written just before the end are never cut off. A server that goes
+away for a while (a restart, a deploy) is waited for, up to `RECONNECT_S`; the job runs on
+without us meanwhile, and no line is lost or printed twice.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import sys
 import time
 
 from trainyard_cli import output
+from trainyard_cli.client import ApiError, CliError, ConnectionProblem
 from trainyard_cli.commands import Context, seg
 from trainyard_cli.commands.jobs import JOBS
 
 TERMINAL = frozenset({"succeeded", "failed", "terminated"})
 PAGE = 500
+RECONNECT_S = 120.0
 
 
 def job_exit_code(job: dict) -> int:
@@ -71,6 +75,13 @@ class Follower:
                 return fresh
 
 
+def _transient(error: CliError) -> bool:
+    """No answer, or a server error: worth waiting out while following."""
+    return isinstance(error, ConnectionProblem) or (
+        isinstance(error, ApiError) and error.status >= 500
+    )
+
+
 def run(ctx: Context, args: argparse.Namespace) -> int:
     job_path = f"{JOBS}/{seg(args.job)}"
     follower = Follower(ctx, args.job, args.source)
@@ -82,10 +93,24 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
             for line in lines:
                 print_line(line, False)
         return 0
+    away_since: float | None = None
     while True:
-        job = ctx.client.get_json(job_path)
-        for line in follower.new_lines():
-            print_line(line, args.json)
+        try:
+            job = ctx.client.get_json(job_path)
+            for line in follower.new_lines():
+                print_line(line, args.json)
+        except CliError as error:
+            if not _transient(error):
+                raise
+            now = time.monotonic()
+            if away_since is None:
+                away_since = now
+                output.info(f"Lost the server ({error.message}); retrying…")
+            elif now - away_since > RECONNECT_S:
+                raise
+            time.sleep(max(args.interval, 1.0))
+            continue
+        away_since = None
         if job["state"] in TERMINAL:
             break
         time.sleep(args.interval)
