@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import httpx
 
 from trainyard_cli import __version__, config, output
-from trainyard_cli.client import Client, CliError, UsageError
+from trainyard_cli.client import Client, CliError, ConnectionProblem, UsageError
 from trainyard_cli.commands import (
     Context,
     artifacts,
@@ -212,10 +212,18 @@ def run(argv: Sequence[str], *, transport: httpx.BaseTransport | None = None) ->
     except config.ConfigError as error:
         output.render_error(UsageError(str(error)))
         return UsageError.exit_code
+    except httpx.HTTPError as error:  # cut off while streaming a body
+        problem = ConnectionProblem(f"The connection failed: {error}")
+        output.render_error(problem)
+        return problem.exit_code
+    except OSError as error:  # a local file: unreadable input, an output folder missing
+        if isinstance(error, BrokenPipeError):  # `trainyard jobs list | head`
+            return 0
+        where = f"{error.filename}: " if error.filename else ""
+        output.render_error(CliError(f"{where}{error.strerror or error}"))
+        return CliError.exit_code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except BrokenPipeError:  # `trainyard jobs list | head`
-        return 0
 
 
 def main() -> None:

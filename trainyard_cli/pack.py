@@ -46,14 +46,16 @@ def _link_stays_inside(root: Path, link: Path) -> bool:
     return resolved == str(root) or resolved.startswith(str(root) + os.sep)
 
 
-def walk(root: Path) -> Iterator[tuple[str, Path, bool]]:
-    """(relative posix path, path, is_dir) of everything to pack, parents before children,
-    sorted; ignored directories are never entered. Yields nothing for `root` itself."""
+def walk(root: Path) -> Iterator[tuple[str, Path, bool | None]]:
+    """(relative posix path, path, is_dir) of everything under `root`, parents before
+    children, sorted; `is_dir` None for an ignored path, whose contents are never entered."""
     root = root.resolve()
-    yield from _walk(root, root, Matcher().child(_read_ignore(root), ""), "")
+    yield from _walk(root, Matcher().child(_read_ignore(root), ""), "")
 
 
-def _walk(root: Path, directory: Path, matcher: Matcher, rel_dir: str):
+def _walk(
+    directory: Path, matcher: Matcher, rel_dir: str
+) -> Iterator[tuple[str, Path, bool | None]]:
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
         rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
         is_dir = entry.is_dir(follow_symlinks=False)
@@ -65,7 +67,7 @@ def _walk(root: Path, directory: Path, matcher: Matcher, rel_dir: str):
             sub = Path(entry.path)
             ignore = _read_ignore(sub)
             child = matcher.child(ignore, rel) if ignore else matcher
-            yield from _walk(root, sub, child, rel)
+            yield from _walk(sub, child, rel)
 
 
 def _tarinfo(tar: tarfile.TarFile, path: Path, rel: str) -> tarfile.TarInfo:

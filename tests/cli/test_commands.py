@@ -410,3 +410,11 @@ def test_logs_follow_waits_out_a_server_that_goes_away(cli, api, capsys, monkeyp
 def test_logs_follow_gives_up_on_a_4xx_at_once(cli, api, capsys):
     assert cli("logs", "job_missing", "-f", "--interval", "0") == 2
     assert "Not found." in capsys.readouterr().err
+
+
+def test_a_local_file_problem_is_one_line_and_exit_1(cli, api, tmp_path, capsys):
+    missing = tmp_path / "nowhere" / "out.tar.gz"
+    _artifact(api, b"x", hashlib.sha256(b"x").hexdigest())
+    assert cli("artifacts", "download", "job_abc", "art_1", "-o", str(missing)) == 1
+    err = capsys.readouterr().err
+    assert "nowhere" in err and "Traceback" not in err
