@@ -20,6 +20,7 @@ from rest_framework import serializers
 
 from apps.core.api_errors import first_validation_error
 from apps.core.errors import InvalidRequest
+from apps.core.serializers import StrictSerializer
 from apps.finetunes.datasets import check_dataset
 from apps.projects.models import Project
 from trainer.formats import FORMATS
@@ -43,7 +44,12 @@ exec python -m trainer --config-json "${CONFIG_ENV}"
 CONFIG_FIELDS = ("model", "dataset", "dataset_format", "max_samples", "max_steps", "learning_rate")
 
 
-class FinetuneConfigIn(serializers.Serializer):
+class FinetuneConfigIn(StrictSerializer):
+    """The trainer config a fine-tune request may set. Strict, like the jobs API: an unknown
+    field (`max_step`, `grading_threshold`) is a 400 naming it, never silently dropped. The
+    trainer's self-grading has no setting to expose: it fails an adapter whose loss became NaN
+    or whose held-out loss got worse (`trainer.train.grade`)."""
+
     model = serializers.CharField(max_length=500)
     dataset = serializers.CharField(
         max_length=500,

@@ -1,4 +1,9 @@
-"""Datasets: upload (every row checked before anything is stored), rows and preview."""
+"""Datasets: upload (every row checked before anything is stored), rows, preview and delete.
+
+An upload is read as a stream, once: the same pass counts and hashes the bytes, decodes them
+and checks each row, so a file of DATASET_MAX_BYTES is never held in memory whole (Django has
+already spooled a large upload to a temporary file, which is what gets stored).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +11,25 @@ import csv
 import hashlib
 import io
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 from django.conf import settings
-from django.core.files.base import ContentFile
+from django.core.exceptions import SuspiciousFileOperation
 from django.db import transaction
+from django.db.models.fields.json import KT
+from django.utils.text import get_valid_filename
 
 from apps.accounts.models import User
+from apps.core.errors import Conflict
 from apps.core.stored_files import open_stream
+from apps.finetunes import inputs, payloads
 from apps.finetunes.models import Dataset
+from apps.jobs.models import Job
+from apps.jobs.states import TERMINAL_STATES
 from apps.projects.models import Project
 from trainer.formats import (
     IGNORE_INDEX,
@@ -30,15 +42,67 @@ from trainer.formats import (
     parse_row,
 )
 
+logger = logging.getLogger(__name__)
+
 DATASET_SUFFIXES = (".jsonl", ".csv")
+CHUNK_BYTES = 64 * 1024
+# Room for the storage's prefix and a collision suffix within Dataset.file's 500 characters,
+# and under the 255 bytes most filesystems allow for one name.
+MAX_FILENAME_BYTES = 120
 
 
 class DatasetInvalid(ValueError):
     """The uploaded file cannot be used; the message names the line or row and the field."""
 
 
+class DatasetTooLarge(DatasetInvalid):
+    """The uploaded file is over DATASET_MAX_BYTES (the API answers 413, not 400)."""
+
+
+class DatasetInUse(Conflict):
+    """A job that has not ended names the dataset: deleting it would fail that job's next
+    attempt, which downloads it when it starts."""
+
+    error_type = "dataset_in_use"
+    default_detail = "The dataset is used by a job that has not ended."
+
+
 def dataset_max_bytes() -> int:
     return settings.DATASET_MAX_BYTES
+
+
+def too_large_message(size: int | None = None) -> str:
+    """What an upload over the limit is told; `size` when it is known."""
+    limit = _human_size(dataset_max_bytes())
+    if size is None:
+        return f"file is larger than the limit; the limit is {limit}"
+    return f"file is {_human_size(size)}; the limit is {limit}"
+
+
+def clean_filename(name: str) -> str:
+    """The stored name of an uploaded file called `name`: its last path part (either slash),
+    with only letters, digits, `-`, `_` and `.`, and not so long a filesystem refuses it."""
+    base = name.replace("\\", "/").rsplit("/", 1)[-1].strip()
+    stem, dot, suffix = base.rpartition(".")
+    if not dot:
+        stem, suffix = base, ""
+    stem = _safe_part(stem).encode()[:MAX_FILENAME_BYTES].decode("utf-8", "ignore") or "dataset"
+    suffix = _safe_part(suffix)[:16]
+    return f"{stem}.{suffix}" if suffix else stem
+
+
+def _safe_part(name: str) -> str:
+    try:
+        return get_valid_filename(name).strip(".")
+    except SuspiciousFileOperation:  # nothing usable left
+        return ""
+
+
+@dataclass
+class _Checked:
+    rows: int
+    size_bytes: int
+    sha256: str
 
 
 def dataset_upload(
@@ -49,48 +113,33 @@ def dataset_upload(
     dataset_format: str,
     uploaded_by: User | None = None,
 ) -> Dataset:
-    """Check every row of `upload` (.jsonl or .csv) as `dataset_format` and store it.
+    """Check every row of `upload` (an UploadedFile named .jsonl or .csv) as `dataset_format`
+    and store it.
 
-    Raises DatasetInvalid (nothing stored) when the file is too large, has another suffix,
-    is not UTF-8, a line is not JSON, or a row does not fit the format. Rows are numbered as
-    the trainer numbers them: JSONL by line (blank lines skipped), CSV by data row."""
-    limit = dataset_max_bytes()
-    size = upload.size
-    if size > limit:
-        raise DatasetInvalid(f"file is {_human_size(size)}; the limit is {_human_size(limit)}")
-    filename = upload.name.rsplit("/", 1)[-1]
+    Raises DatasetInvalid (nothing stored) when the file has another suffix, is not UTF-8, a
+    line is not JSON or CSV, or a row does not fit the format, and DatasetTooLarge when it is
+    over DATASET_MAX_BYTES. Rows are numbered as the trainer numbers them: JSONL by line
+    (blank lines skipped), CSV by data row."""
+    size = getattr(upload, "size", None)
+    if size is not None and size > dataset_max_bytes():
+        raise DatasetTooLarge(too_large_message(size))
+    filename = clean_filename(upload.name or "")
     suffix = "." + filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
     if suffix not in DATASET_SUFFIXES:
         raise DatasetInvalid("file must end in .jsonl or .csv")
-    content = b"".join(upload.chunks()) if hasattr(upload, "chunks") else upload.read()
-    if len(content) > limit:
-        raise DatasetInvalid(
-            f"file is {_human_size(len(content))}; the limit is {_human_size(limit)}"
-        )
-    try:
-        text = content.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise DatasetInvalid(f"file is not UTF-8 text (byte {error.start})") from None
-    count = 0
-    try:
-        for row_number, row in _dataset_rows(text, suffix):
-            parse_row(row, dataset_format, row_number)
-            count += 1
-    except DataError as error:
-        raise DatasetInvalid(str(error)) from None
-    if not count:
-        raise DatasetInvalid("file has no rows")
+    checked = _check_rows(upload, suffix, dataset_format)
     dataset = Dataset(
         project=project,
         name=name,
         dataset_format=dataset_format,
-        rows=count,
-        size_bytes=len(content),
-        sha256=hashlib.sha256(content).hexdigest(),
+        rows=checked.rows,
+        size_bytes=checked.size_bytes,
+        sha256=checked.sha256,
         uploaded_by=uploaded_by,
     )
+    upload.seek(0)
     with transaction.atomic():
-        dataset.file.save(filename, ContentFile(content), save=False)
+        dataset.file.save(filename, upload, save=False)
         try:
             dataset.save()
         except Exception:
@@ -99,27 +148,147 @@ def dataset_upload(
     return dataset
 
 
-def _dataset_rows(text: str, suffix: str) -> Iterator[tuple[int, Any]]:
+def _check_rows(upload: IO[bytes], suffix: str, dataset_format: str) -> _Checked:
+    upload.seek(0)
+    reader = _ByteReader(upload, limit=dataset_max_bytes())
+    count = 0
+    try:
+        for row_number, row in _rows(io.BufferedReader(reader, CHUNK_BYTES), suffix):
+            parse_row(row, dataset_format, row_number)
+            count += 1
+        reader.drain()
+    except UnicodeDecodeError:
+        raise DatasetInvalid(f"file is not UTF-8 text (byte {_first_bad_byte(upload)})") from None
+    except DataError as error:
+        raise DatasetInvalid(str(error)) from None
+    if not count:
+        raise DatasetInvalid("file has no rows")
+    return _Checked(rows=count, size_bytes=reader.size, sha256=reader.sha256.hexdigest())
+
+
+class _ByteReader(io.RawIOBase):
+    """A raw binary stream over any object with `read(n)` (an upload, botocore's body) that
+    hashes and counts what passes and refuses more than `limit` bytes."""
+
+    def __init__(self, source, *, limit: int | None = None) -> None:
+        self.source = source
+        self.limit = limit
+        self.size = 0
+        self.sha256 = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        data = self.source.read(len(buffer))
+        if not data:
+            return 0
+        self.size += len(data)
+        if self.limit is not None and self.size > self.limit:
+            raise DatasetTooLarge(too_large_message())
+        self.sha256.update(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+    def drain(self) -> None:
+        """Read what is left (trailing bytes after the last row), so the size and digest are
+        the whole file's."""
+        while self.read(CHUNK_BYTES):
+            pass
+
+
+def _first_bad_byte(upload: IO[bytes]) -> int:
+    """The offset of the first byte that is not UTF-8, for the error message (read again, as
+    the text decoder reports offsets within its own chunk)."""
+    upload.seek(0)
+    start, carry = 0, b""
+    while chunk := upload.read(CHUNK_BYTES):
+        buffer = carry + chunk
+        try:
+            buffer.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if error.reason == "unexpected end of data" and error.end == len(buffer):
+                start, carry = start + error.start, buffer[error.start :]
+                continue
+            return start + error.start
+        start, carry = start + len(buffer), b""
+    return start
+
+
+def _rows(binary: IO[bytes], suffix: str) -> Iterator[tuple[int, Any]]:
+    """`(row_number, row)` of a dataset file read from `binary`, as the trainer reads it
+    (`trainer.data`): JSONL by line with universal newlines, CSV by data row. Raises
+    DataError naming the line or row, and UnicodeDecodeError."""
     if suffix == ".csv":
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        for row_number, row in enumerate(reader, start=1):
-            yield row_number, {key: value for key, value in row.items() if key and value}
+        text = io.TextIOWrapper(binary, encoding="utf-8-sig", newline="")
+        row_number = 0
+        try:
+            for row_number, row in enumerate(csv.DictReader(text), start=1):
+                yield row_number, {key: value for key, value in row.items() if key and value}
+        except csv.Error as error:
+            raise DataError(f"row {row_number + 1}: not valid CSV ({error})") from None
         return
-    for line_number, line in enumerate(text.splitlines(), start=1):
+    text = io.TextIOWrapper(binary, encoding="utf-8-sig")
+    for line_number, line in enumerate(text, start=1):
         if not line.strip():
             continue
         try:
             yield line_number, json.loads(line)
         except ValueError as error:
             raise DataError(f"line {line_number}: not valid JSON ({error})") from None
+        except RecursionError:
+            raise DataError(f"line {line_number}: nested too deeply") from None
 
 
 def dataset_rows(dataset: Dataset) -> Iterator[tuple[int, Any]]:
-    """`(row_number, row)` of a stored dataset's file."""
+    """`(row_number, row)` of a stored dataset's file, read as far as the caller iterates."""
     # closing(): botocore's stream enters as its raw HTTP response, skipping its length check.
     with closing(open_stream(dataset.file.name)) as file:
-        text = file.read().decode("utf-8-sig")
-    yield from _dataset_rows(text, dataset.suffix)
+        yield from _rows(io.BufferedReader(_ByteReader(file), CHUNK_BYTES), dataset.suffix)
+
+
+def dataset_user(dataset: Dataset) -> Job | None:
+    """The oldest fine-tune of the dataset's project that names it and has not ended."""
+    jobs = (
+        Job.objects.filter(project_id=dataset.project_id, kind=Job.Kind.FINETUNE)
+        .exclude(state__in=TERMINAL_STATES)
+        # A cheap text filter first; the config is parsed to be sure.
+        .alias(config=KT(f"spec__container__env__{payloads.CONFIG_ENV}"))
+        .filter(config__contains=dataset.public_id)
+        .order_by("created_at", "id")
+    )
+    return next(
+        (job for job in jobs if inputs.referenced_dataset_id(job) == dataset.public_id), None
+    )
+
+
+def dataset_delete(dataset: Dataset) -> None:
+    """Delete the dataset and, once that commits, its stored file.
+
+    Raises DatasetInUse naming the job while a fine-tune that has not ended names it: its
+    next attempt downloads the file when it starts. The row is locked while checking, so two
+    deletes do not both go ahead; a job created at the same moment may still lose the race
+    and then fails naming the missing file, as for any dataset deleted before it started."""
+    with transaction.atomic():
+        locked = Dataset.objects.select_for_update().filter(pk=dataset.pk).first()
+        if locked is None:  # deleted meanwhile: the caller's goal is met
+            return
+        job = dataset_user(locked)
+        if job is not None:
+            raise DatasetInUse(
+                f"Dataset {locked.public_id} is used by job {job.public_id} ({job.state}); "
+                "delete it once that job has ended."
+            )
+        storage, name = locked.file.storage, locked.file.name
+        locked.delete()
+        transaction.on_commit(lambda: _delete_file(storage, name))
+
+
+def _delete_file(storage, name: str) -> None:
+    try:
+        storage.delete(name)
+    except Exception:  # the row is gone either way; an orphaned file is only disk
+        logger.exception("could not delete the stored file %s of a deleted dataset", name)
 
 
 @dataclass(frozen=True)

@@ -32,14 +32,18 @@ from apps.secrets.models import Secret
 @login_required
 def project_datasets(request: HttpRequest, org_slug: str, project_slug: str) -> HttpResponse:
     """The project's datasets and, for members, the upload form. Each file is checked row by
-    row before it is stored; a bad file re-renders the form with the error at the File field."""
+    row before it is stored; a bad file re-renders the form with the error at the File field,
+    answered 400 (413 for a file over the size limit) so a script or a test sees the refusal."""
     membership = membership_for_slug(request.user, org_slug)
     project = get_object_or_404(Project.objects.for_org(membership.organization), slug=project_slug)
     can_write = membership.can(Role.MEMBER)
     if request.method == "POST" and not can_write:
         raise PermissionDenied("Viewers cannot upload datasets.")
     form = DatasetUploadForm(request.POST or None, request.FILES or None) if can_write else None
-    if request.method == "POST" and form.is_valid():
+    status = 200
+    if request.method == "POST" and not form.is_valid():
+        status = 400
+    elif request.method == "POST":
         try:
             dataset = services.dataset_upload(
                 project=project,
@@ -50,6 +54,7 @@ def project_datasets(request: HttpRequest, org_slug: str, project_slug: str) -> 
             )
         except services.DatasetInvalid as error:
             form.add_error("file", str(error))
+            status = 413 if isinstance(error, services.DatasetTooLarge) else 400
         else:
             return redirect(
                 "project-dataset",
@@ -65,7 +70,7 @@ def project_datasets(request: HttpRequest, org_slug: str, project_slug: str) -> 
         "form": form,
         "can_write": can_write,
     }
-    return TemplateResponse(request, "projects/dataset_list.html", context)
+    return TemplateResponse(request, "projects/dataset_list.html", context, status=status)
 
 
 @login_required

@@ -126,7 +126,7 @@ def test_a_bad_row_shows_the_error_at_the_file_field_and_stores_nothing(
 ):
     rows = [ALPACA[0], ALPACA[1], {"instruction": "No answer"}]
     response = _post(client_for(member), _jsonl(rows), "bad.jsonl", "alpaca")
-    assert response.status_code == 200
+    assert response.status_code == 400
     form = response.context["form"]
     assert form.errors["file"] == ["row 3: missing field 'output' (alpaca)"]
     body = response.content.decode()
@@ -139,7 +139,7 @@ def test_a_bad_row_shows_the_error_at_the_file_field_and_stores_nothing(
 def test_an_oversized_file_is_refused(client_for, member, project, settings, media_root):
     settings.DATASET_MAX_BYTES = 20
     response = _post(client_for(member), _jsonl(ALPACA), "big.jsonl", "alpaca")
-    assert response.status_code == 200
+    assert response.status_code == 413
     assert "the limit is 20 bytes" in response.context["form"].errors["file"][0]
     assert not Dataset.objects.exists()
     assert _stored_files(media_root) == []
@@ -148,7 +148,7 @@ def test_an_oversized_file_is_refused(client_for, member, project, settings, med
 def test_a_line_that_is_not_json_is_named(client_for, member, project, media_root):
     content = _jsonl(ALPACA[:1]) + b"{not json\n"
     response = _post(client_for(member), content, "broken.jsonl", "alpaca")
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert response.context["form"].errors["file"][0].startswith("line 2: not valid JSON")
     assert not Dataset.objects.exists()
     assert _stored_files(media_root) == []
@@ -156,7 +156,7 @@ def test_a_line_that_is_not_json_is_named(client_for, member, project, media_roo
 
 def test_another_suffix_is_refused(client_for, member, project):
     response = _post(client_for(member), _jsonl(ALPACA), "toy.txt", "alpaca")
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "must end in .jsonl or .csv" in response.content.decode()
     assert not Dataset.objects.exists()
 
@@ -186,3 +186,12 @@ def test_another_org_gets_404(client_for, outsider, member, project):
 def test_the_project_page_links_the_datasets_tab(client_for, member, project):
     body = client_for(member).get("/o/acme/projects/vision/").content.decode()
     assert f'href="{URL}"' in body
+
+
+def test_a_form_missing_a_field_is_400(client_for, member, project, media_root):
+    upload = SimpleUploadedFile("toy.jsonl", _jsonl(ALPACA))
+    response = client_for(member).post(URL, {"file": upload, "dataset_format": "alpaca"})
+    assert response.status_code == 400
+    assert response.context["form"].errors["name"] == ["This field is required."]
+    assert not Dataset.objects.exists()
+    assert _stored_files(media_root) == []

@@ -241,3 +241,24 @@ def test_the_job_page_lists_artifacts_and_grading(client_for, member, outsider, 
     assert b"".join(download.streaming_content) == b"tarball bytes"
     assert client_for(outsider).get(link).status_code == 404
     assert Client().get(link).status_code == 302
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"max_step": 5}, "max_step"),
+        ({"grading_threshold": 1000}, "grading_threshold"),
+        ({"grading": {"max_eval_loss_ratio": 1.0}}, "grading"),
+        ({"compute": {"accelerator": "cpu", "gpu_cnt": 1}}, "compute.gpu_cnt"),
+        ({"limits": {"max_runtime_hour": 1}}, "limits.max_runtime_hour"),
+    ],
+)
+def test_unknown_finetune_fields_are_400_naming_them(api_client_for, org, project, extra, param):
+    response = _post(api_client_for(org), project, {"name": "ft", **CONFIG, **extra})
+    assert response.status_code == 400, response.json()
+    assert response.json()["error"] == {
+        "type": "invalid_request",
+        "message": "Unknown field.",
+        "param": param,
+    }
+    assert not Job.objects.exists()
