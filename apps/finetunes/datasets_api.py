@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers, status
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import MultiPartParser
@@ -82,6 +82,12 @@ class DatasetPage(serializers.Serializer):
     total = serializers.IntegerField()
 
 
+@extend_schema_field(OpenApiTypes.BINARY)
+class UploadField(serializers.FileField):
+    """A file part of a multipart body: binary in the schema (DRF's FileField reads as a URL
+    there, as it is in responses), so clients and the fuzzer send a file."""
+
+
 class DatasetFieldsIn(StrictSerializer):
     """The upload's fields besides the file: the form fields of a multipart body, the query
     of a raw one."""
@@ -95,7 +101,7 @@ class DatasetFieldsIn(StrictSerializer):
 
 
 class DatasetMultipartIn(DatasetFieldsIn):
-    file = serializers.FileField(help_text="The dataset: a .jsonl or .csv file.")
+    file = UploadField(help_text="The dataset: a .jsonl or .csv file.")
 
 
 class DatasetRawQueryIn(DatasetFieldsIn):
