@@ -8,6 +8,8 @@ gigabytes to disk, a bad token's body included. This guard decides first, per pa
   attempts: up to ARTIFACT_MAX_BYTES (the view enforces the exact limit and records it);
 - `POST /o/<org>/projects/<project>/datasets/` from a signed-in session: up to
   DATASET_MAX_BYTES plus room for the form around the file;
+- `POST /api/v1/compute/workdirs` (a code archive) with a valid API key or from a signed-in
+  session: up to WORKDIR_MAX_BYTES plus room for a multipart envelope;
 - everything else: REQUEST_MAX_BYTES.
 
 A `Content-Length` over the limit is answered 413 at once; a body without one is counted
@@ -25,12 +27,15 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from apps.accounts.keys import key_matches, parse_key
+from apps.accounts.models import ApiKey
 from apps.jobs.execution.tokens import nonce_from
 from apps.jobs.models import Attempt
 
 ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
 ARTIFACT_UPLOAD = re.compile(r"^/api/v1/runner/jobs/(?P<job_id>[^/]+)/artifacts/?$")
 DATASET_UPLOAD = re.compile(r"^/o/[^/]+/projects/[^/]+/datasets/?$")
+WORKDIR_UPLOAD = re.compile(r"^/api/v1/compute/workdirs/?$")
 FORM_OVERHEAD_BYTES = 1024 * 1024
 
 
@@ -49,6 +54,15 @@ def _artifact_uploader(job_id: str, authorization: str) -> bool:
         nonce is not None
         and Attempt.objects.filter(token_nonce=nonce, job__public_id=job_id).exists()
     )
+
+
+def _api_key_valid(authorization: str) -> bool:
+    scheme, _, raw = authorization.partition(" ")
+    parsed = parse_key(raw.strip()) if scheme.lower() == "bearer" else None
+    if parsed is None:
+        return False
+    key = ApiKey.objects.active().filter(prefix=parsed.prefix).first()
+    return key is not None and key_matches(parsed.full, key.hashed_key)
 
 
 def _signed_in(cookie_header: str) -> bool:
@@ -74,6 +88,11 @@ async def body_limit(scope: dict) -> int:
             headers.get("cookie", "")
         ):
             return settings.DATASET_MAX_BYTES + FORM_OVERHEAD_BYTES
+        if WORKDIR_UPLOAD.match(path) and (
+            await sync_to_async(_api_key_valid)(headers.get("authorization", ""))
+            or await sync_to_async(_signed_in)(headers.get("cookie", ""))
+        ):
+            return settings.WORKDIR_MAX_BYTES + FORM_OVERHEAD_BYTES
     return settings.REQUEST_MAX_BYTES
 
 

@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "apps.jobs",
     "apps.finetunes",
     "apps.secrets",
+    "apps.workdirs",
 ]
 
 MIDDLEWARE = [
@@ -192,6 +193,10 @@ MEDIA_URL = "media/"
 DATASET_MAX_BYTES = env_int("DATASET_MAX_BYTES", 50 * 1024 * 1024)
 # The largest artifact (a checkpoint or adapter tar.gz) a runner may upload (bytes).
 ARTIFACT_MAX_BYTES = env_int("ARTIFACT_MAX_BYTES", 5 * 1024**3)
+# The largest code archive (`POST /api/v1/compute/workdirs`, a job's container.workdir) and
+# the most its members may unpack to (bytes).
+WORKDIR_MAX_BYTES = env_int("WORKDIR_MAX_BYTES", 100 * 1024 * 1024)
+WORKDIR_MAX_UNPACKED_BYTES = env_int("WORKDIR_MAX_UNPACKED_BYTES", 2 * 1024**3)
 # Any other request body, refused before it is read (config/body_limits.py).
 REQUEST_MAX_BYTES = env_int("REQUEST_MAX_BYTES", 4 * 1024 * 1024)
 

@@ -16,6 +16,7 @@ urlpatterns = [
     path("api/v1/", include("apps.finetunes.api_urls")),
     path("api/v1/compute/", include("apps.catalog.api_urls")),
     path("api/v1/compute/", include("apps.secrets.api_urls")),
+    path("api/v1/compute/", include("apps.workdirs.api_urls")),
     path("api/v1/compute/", include("apps.jobs.api.urls")),
     path("api/v1/compute/", include("apps.billing.usage_urls")),
     path("api/v1/billing/", include("apps.billing.api_urls")),

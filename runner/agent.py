@@ -49,6 +49,10 @@ Decisions where the page is silent:
   resume from, before the workload starts, retrying for at most `final_flush_timeout_s`.
   When one cannot be had, the workload does not start: a system line says which and why,
   and the exit code reported is 66 (EX_NOINPUT).
+- The working directory (`runner.workdir`): the job's code archive (`workdir`) is downloaded,
+  checked and unpacked, then its inline `files` written, before the checkpoint and inputs
+  are fetched. When that fails the workload does not start: a system line says why, and the
+  exit code reported is 65 (EX_DATAERR), which the control plane names `workdir_invalid`.
 - Artifacts (`runner.artifacts`): the checkpoint to resume from is fetched after the spec,
   before the workload starts, retrying for at most `final_flush_timeout_s`; when that fails
   the workload starts without it. Uploads run in their own thread; when the workload has
@@ -95,6 +99,7 @@ from runner.protocol import (
     EXIT_OK,
     EXIT_SIGTERM,
     EXIT_UNREPORTED,
+    EXIT_WORKDIR_INVALID,
     MIN_PROTOCOL_VERSION,
     ORDER_CHECKPOINT_AND_EXIT,
     ORDER_TERMINATE,
@@ -105,6 +110,7 @@ from runner.protocol import (
 )
 from runner.spec import JobSpec, SpecError
 from runner.spool import Spool
+from runner.workdir import WorkdirError, prepare_workdir
 from runner.workload import (
     exit_code_of,
     prepare,
@@ -263,12 +269,16 @@ class Runner:
         uploader.start()
         sender.start()
         collector.system("fetched spec")
-        if spec.resume_from is not None:
-            self._resume(spec)
-        if spec.inputs is not None and self._abort is None and not self._fetch_inputs(spec):
-            proc, exit_code = None, EXIT_NO_INPUT
+        has_code = spec.workdir is not None or bool(spec.files)
+        if has_code and not self._prepare_workdir(spec):
+            proc, exit_code = None, EXIT_WORKDIR_INVALID
         else:
-            proc, exit_code = self._start_workload(spec)
+            if spec.resume_from is not None and self._abort is None:
+                self._resume(spec)
+            if spec.inputs is not None and self._abort is None and not self._fetch_inputs(spec):
+                proc, exit_code = None, EXIT_NO_INPUT
+            else:
+                proc, exit_code = self._start_workload(spec)
         if proc is not None:
             exit_code = self._supervise(proc, spec)
             if self._abort is not None:
@@ -302,6 +312,35 @@ class Runner:
         spec.env[ENV_RESUME_FROM] = str(directory)
         self.resumed_from_step = step
         self.collector.system(f"resuming from checkpoint at step {step}")
+
+    def _prepare_workdir(self, spec: JobSpec) -> bool:
+        """Unpack the job's code archive and write its inline files into the working
+        directory; False (with a system line saying why) when the workload cannot start."""
+        assert self.collector is not None
+        try:
+            summary = prepare_workdir(
+                self.client,
+                spec.workdir,
+                spec.files,
+                workdir=self.workdir,
+                work=self.workdir / "work",
+                deadline=time.monotonic() + spec.final_flush_timeout_s,
+                should_stop=self._stopping,
+                sleep=self._sleep_unless_stopping,
+            )
+        except SupersededError as exc:
+            self.abort(EXIT_OK, str(exc))
+            return True  # _start_workload sees the abort and starts nothing
+        except WorkdirError as exc:
+            if self._stopping():  # terminated meanwhile: _start_workload says so
+                return True
+            self.collector.system(
+                f"could not prepare the working directory: {exc}; not starting the workload"
+            )
+            return False
+        if summary:
+            self.collector.system(f"working directory: {summary}")
+        return True
 
     def _fetch_inputs(self, spec: JobSpec) -> bool:
         """Download the spec's inputs into the working directory; False (with a system line

@@ -88,6 +88,9 @@ EXIT_LOCKED = 75  # EX_TEMPFAIL: another runner holds the workdir
 
 # The workload's exit code, as `exit` reports it.
 EXIT_GRADING_FAILED = 3  # the trainer graded its adapter and it failed
+# EX_DATAERR: the job's code archive or inline files could not be put in place (download,
+# checksum, a member escaping the root); the workload never started.
+EXIT_WORKDIR_INVALID = 65
 EXIT_NO_INPUT = 66  # EX_NOINPUT: an input of the spec could not be fetched
 EXIT_CANNOT_EXECUTE = 126  # the command is not executable
 EXIT_NOT_FOUND = 127  # the command was not found, or the spec cannot be run
@@ -150,6 +153,16 @@ class InputFile(TypedDict):
     size_bytes: int
 
 
+class WorkdirArchive(TypedDict):
+    """The spec's `workdir`: the job's code archive, unpacked into the working directory."""
+
+    id: str
+    format: str  # "tar.gz" or "zip"
+    download_url: str
+    sha256: str
+    size_bytes: int
+
+
 class SpecResponse(TypedDict, total=False):
     """The answer of `GET spec`. Exactly one of `command` and `script_b64` is set; a runner
     reads a missing `protocol_version` as 1."""
@@ -167,6 +180,8 @@ class SpecResponse(TypedDict, total=False):
     final_flush_timeout_s: float
     resume_from: ResumeFrom | None
     inputs: list[InputFile]
+    workdir: WorkdirArchive | None  # absent from older control planes: none
+    files: dict[str, str]  # relative path -> text, written after the archive
     protocol_version: int
 
 

@@ -32,6 +32,8 @@ class JobSpec:
     final_flush_timeout_s: float = 600.0
     resume_from: Any = None  # checked by runner.artifacts.fetch_resume
     inputs: Any = None  # checked by runner.inputs.fetch_inputs
+    workdir: Any = None  # the code archive; checked by runner.workdir.prepare_workdir
+    files: Any = None  # inline files; checked by runner.workdir.write_files
     # 1 when the spec names none (an older control plane); None when it is not a number.
     protocol_version: int | None = IMPLICIT_PROTOCOL_VERSION
 
@@ -65,5 +67,7 @@ class JobSpec:
         number("final_flush_timeout_s", float, 0)
         spec.resume_from = data.get("resume_from")
         spec.inputs = data.get("inputs") or None
+        spec.workdir = data.get("workdir")
+        spec.files = data.get("files") or None
         spec.protocol_version = version_of_spec(data)
         return spec

@@ -15,6 +15,11 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from apps.jobs.models import Attempt, Job
+from runner import protocol
+
+# The job's code (`container.workdir`, `container.files`) could not be put in place: the
+# runner reported EXIT_WORKDIR_INVALID before any workload started (its system line says why).
+WORKDIR_INVALID = "workdir_invalid"
 
 KIND_HOOKS: dict[str, str] = {
     "finetune": "apps.finetunes.kind.Finetune",
@@ -31,6 +36,8 @@ class JobKind:
 
     def failure_reason(self, job: Job, exit_code: int) -> str:
         """The job's `reason` when its workload exits with a non-zero `exit_code`."""
+        if exit_code == protocol.EXIT_WORKDIR_INVALID and workdir_never_prepared(job):
+            return WORKDIR_INVALID
         return f"exit_code_{exit_code}"
 
     def host_paths(self, job: Job) -> list[str]:
@@ -44,6 +51,23 @@ class JobKind:
         outcome anyway (it had finished), so the exit decides the job's fate rather than a
         preemption."""
         return False
+
+
+def ships_code(job: Job) -> bool:
+    """Whether the job brings code for its working directory (an archive or inline files)."""
+    container = (job.spec or {}).get("container") or {}
+    return bool(container.get("workdir") or container.get("files"))
+
+
+def workdir_never_prepared(job: Job) -> bool:
+    """An exit of EXIT_WORKDIR_INVALID is the runner's (not a workload's own exit 65) when
+    the job ships code and its current attempt never reported a started workload."""
+    return (
+        ships_code(job)
+        and not Attempt.objects.filter(
+            job=job, number=job.attempt_count, started_at__isnull=False
+        ).exists()
+    )
 
 
 @cache

@@ -32,6 +32,7 @@ from apps.jobs.specs import JobCreateIn, normalise
 from apps.jobs.states import IllegalTransition, JobState
 from apps.projects.models import Project
 from apps.secrets.selectors import validate_secret_env
+from apps.workdirs.selectors import validate_workdir_ref
 
 DEFAULT_PROJECT_SLUG = "default"
 
@@ -81,6 +82,7 @@ def validate_job_request(*, organization: Organization, payload: object) -> dict
         raise InvalidRequest(message, param=param)
     spec = normalise(body.validated_data)
     validate_secret_env(organization=organization, secret_env=spec["container"]["secret_env"])
+    validate_workdir_ref(organization=organization, workdir_id=spec["container"]["workdir"])
     spec["project"] = body.validated_data.get("project")
     return spec
 

@@ -23,6 +23,12 @@ RESERVED_PREFIX = "TRAINYARD_"
 PLATFORM_OWNED = frozenset({"HF_ENDPOINT"})
 MAX_DISK_GB = 4096
 MAX_SCRIPT_BYTES = 1024 * 1024
+# `container.files`: a few small text files written into the working directory (bigger code
+# goes in an uploaded archive, `container.workdir`).
+MAX_INLINE_FILES = 64
+MAX_INLINE_FILES_BYTES = 256 * 1024
+MAX_INLINE_PATH = 255
+WORKDIR_ID = re.compile(r"^wd_[A-Za-z0-9]{1,40}$")
 SSH_KEY_TYPES = frozenset(
     {
         "ssh-ed25519",
@@ -65,6 +71,23 @@ def _check_env_name(name: str) -> str | None:
     return None
 
 
+def _check_file_path(path: str) -> str | None:
+    """Why `path` cannot name an inline file, or None: it must be relative, inside the
+    working directory, and not name the directory itself."""
+    if not path or len(path) > MAX_INLINE_PATH:
+        return f"A path of 1 to {MAX_INLINE_PATH} characters is needed."
+    if "\x00" in path or "\\" in path:
+        return "The path holds a NUL byte or a backslash."
+    if path.startswith("/"):
+        return "Absolute paths are not allowed; give a path relative to the working directory."
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        return "'..' is not allowed; the file must stay inside the working directory."
+    if not parts or path.endswith("/"):
+        return "Not a file path."
+    return None
+
+
 class SecretRefIn(StrictSerializer):
     secret_id = serializers.CharField(max_length=32)
     key = serializers.CharField(max_length=255)
@@ -86,6 +109,34 @@ class ContainerIn(StrictSerializer):
         default=dict,
     )
     secret_env = serializers.DictField(child=SecretRefIn(), required=False, default=dict)
+    workdir = serializers.CharField(
+        required=False, allow_null=True, max_length=64, help_text="A `wd_…` archive id."
+    )
+    files = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=dict,
+        help_text="Relative path → text, written into the working directory.",
+    )
+
+    def validate_workdir(self, value):
+        if value is not None and not WORKDIR_ID.match(value):
+            raise serializers.ValidationError("Not a workdir archive id (wd_…).")
+        return value
+
+    def validate_files(self, value):
+        if len(value) > MAX_INLINE_FILES:
+            raise serializers.ValidationError(f"At most {MAX_INLINE_FILES} files.")
+        errors = {path: problem for path in value if (problem := _check_file_path(path))}
+        if errors:
+            raise serializers.ValidationError(errors)
+        total = sum(len(path.encode()) + len(text.encode()) for path, text in value.items())
+        if total > MAX_INLINE_FILES_BYTES:
+            raise serializers.ValidationError(
+                f"The files hold {total} bytes; at most {MAX_INLINE_FILES_BYTES} in all "
+                "(ship more as an archive, container.workdir)."
+            )
+        return value
 
     def validate_script_b64(self, value):
         if value is None:
@@ -204,6 +255,8 @@ def normalise(validated: dict) -> dict:
             "secret_env": {
                 name: dict(ref) for name, ref in (container.get("secret_env") or {}).items()
             },
+            "workdir": container.get("workdir"),
+            "files": dict(container.get("files") or {}),
         },
         "access": {"ssh_public_key": access.get("ssh_public_key")},
         "limits": {

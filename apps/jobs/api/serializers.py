@@ -85,6 +85,8 @@ class ContainerOut(serializers.Serializer):
     script_b64 = serializers.CharField(allow_null=True)
     env = serializers.DictField(child=serializers.CharField())
     secret_env = serializers.DictField(child=serializers.DictField(child=serializers.CharField()))
+    workdir = serializers.CharField(allow_null=True)
+    files = serializers.DictField(child=serializers.CharField())
 
 
 class JobOut(serializers.Serializer):
@@ -124,7 +126,8 @@ class JobOut(serializers.Serializer):
 
     @extend_schema_field(ContainerOut())
     def get_container(self, job: Job) -> dict:
-        return job.spec["container"]
+        # Jobs stored before workdir and files existed have neither key.
+        return {"workdir": None, "files": {}, **job.spec["container"]}
 
     @extend_schema_field(HardwareOut(allow_null=True))
     def get_hardware(self, job: Job) -> dict | None:

@@ -13,9 +13,10 @@ from apps.core.errors import InvalidRequest
 from apps.jobs.artifacts import store
 from apps.jobs.execution import supervision
 from apps.jobs.execution.attempts import AttemptSuperseded
-from apps.jobs.kinds import hooks_for
+from apps.jobs.kinds import WORKDIR_INVALID, hooks_for
 from apps.jobs.models import Attempt
 from apps.jobs.runner_api.auth import json_body, runner_endpoint
+from apps.jobs.runner_api.workdirs import job_workdir, job_workdir_id, spec_workdir
 from apps.jobs.telemetry.masking import remember_mask_values
 from apps.secrets.selectors import resolve_secret_env
 from runner import protocol
@@ -48,6 +49,19 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     # Before the values leave: ingestion masks them in this job's lines from now on, even
     # after their secret is deleted.
     remember_mask_values(attempt, mask)
+    workdir = job_workdir(job)
+    if job_workdir_id(job) is not None and workdir is None:
+        # The archive is gone (deleted with its organization's data): permanent.
+        supervision.spec_unservable(
+            attempt.pk,
+            reason=WORKDIR_INVALID,
+            message=(
+                f"The job cannot run: its workdir archive {job_workdir_id(job)!r} is gone. "
+                "Upload it again and submit the job again."
+            ),
+            data={"workdir": job_workdir_id(job)},
+        )
+        raise AttemptSuperseded(attempt.pk)
     inputs, env_for_runner = hooks_for(job).runner_inputs(job)
     env = {**container.get("env", {}), **env_for_runner, **secret_values}
     env.update(
@@ -76,6 +90,8 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
             "final_flush_timeout_s": 600,
             "resume_from": store.resume_from(job),
             "inputs": inputs,
+            "workdir": spec_workdir(workdir, job) if workdir is not None else None,
+            "files": dict(container.get("files") or {}),
         }
     )
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from apps.jobs.runner_api import artifacts, lifecycle, logs
+from apps.jobs.runner_api import artifacts, lifecycle, logs, workdirs
 
 urlpatterns = [
     path("jobs/<str:job_id>/spec", lifecycle.spec, name="runner-spec"),
@@ -15,5 +15,10 @@ urlpatterns = [
         "jobs/<str:job_id>/artifacts/<int:artifact_id>/download",
         artifacts.download,
         name="runner-artifact-download",
+    ),
+    path(
+        "jobs/<str:job_id>/workdirs/<str:workdir_id>/download",
+        workdirs.download,
+        name="runner-workdir-download",
     ),
 ]

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from apps.workdirs import api
+
+urlpatterns = [
+    path("workdirs", api.WorkdirCollectionView.as_view(), name="api-workdirs"),
+]

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class WorkdirsConfig(AppConfig):
+    name = "apps.workdirs"
+    label = "workdirs"
