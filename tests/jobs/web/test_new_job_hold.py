@@ -116,3 +116,23 @@ def test_a_rejected_ceiling_is_quoted_as_typed(client_for, member, project):
     assert "below every offer that could run this job" in quote_box(
         response.content.decode(), "quote"
     )
+
+
+def test_a_submit_the_balance_cannot_cover_is_refused_on_the_form_and_creates_nothing(client_for):
+    from apps.jobs.models import Job
+    from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory
+    from tests.jobs.web.test_new_job_page import container_data
+
+    poor = OrganizationFactory(slug="poor", credits_usd=0)
+    ProjectFactory(organization=poor, slug="vision")
+    member = MembershipFactory(organization=poor, role="member").user
+
+    response = client_for(member).post(
+        "/o/poor/projects/vision/jobs/new/", container_data(command="true")
+    )
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "This job needs $0.20 available" in page
+    assert "the organization has $0.00 available" in page
+    assert not Job.objects.exists()
