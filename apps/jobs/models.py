@@ -88,6 +88,10 @@ class Job(models.Model):
     live_seq = models.BigIntegerField(default=0)
     user_log_lines = models.BigIntegerField(default=0)
     system_log_lines = models.BigIntegerField(default=0)
+    # Each metric series' latest point and point count, kept by ingestion (and a resume) in
+    # the same transaction as the MetricSample rows, so the job object's `latest_metrics` and
+    # the metrics API's `names` cost no query: {name: {step, value, time, attempt, points}}.
+    metric_series = models.JSONField(default=dict, blank=True)
 
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
@@ -297,6 +301,46 @@ class MetricPoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} step {self.step}"
+
+
+class MetricSample(models.Model):
+    """One value of one named series (`loss`, `val_loss`, `eval_accuracy`, ...) at one step:
+    the metrics API's point. MetricPoint keeps a metric line as printed, for the job page;
+    this narrow form is what lets a job with 100k steps be read a series at a time, by
+    (step, id) keyset, from an index.
+
+    `superseded`: a later report of the same series at the same step (a resumed attempt
+    re-reporting the step it resumed at, or a workload printing a step twice), or a resume
+    that trains the step again. Only points that are not superseded are shown."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="metric_samples")
+    attempt = models.PositiveIntegerField()
+    step = models.PositiveIntegerField()
+    name = models.CharField(max_length=200)
+    # NaN and infinity are kept where the database can (PostgreSQL); the API shows them
+    # as null, JSON having no such numbers.
+    value = models.FloatField(null=True)
+    superseded = models.BooleanField(default=False)
+    # When the workload printed it: the log line's timestamp.
+    time = models.DateTimeField()
+
+    class Meta:
+        ordering = ["step", "id"]
+        indexes = [
+            models.Index(
+                fields=["job", "name", "step", "id"],
+                condition=Q(superseded=False),
+                name="metric_sample_series",
+            ),
+            models.Index(
+                fields=["job", "step", "id"],
+                condition=Q(superseded=False),
+                name="metric_sample_steps",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.name}@{self.step}"
 
 
 class Artifact(models.Model):

@@ -1,15 +1,19 @@
-"""Reads of jobs that are more than a filter: the job list with its counter-based total, and
-the pages of logs and events."""
+"""Reads of jobs that are more than a filter: the job list with its counter-based total, the
+pages of logs and events, and a job's metric series."""
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, Sum
+import math
+import re
+from datetime import UTC
+
+from django.db.models import Count, Prefetch, Q, Sum
 from django.http import Http404
 
 from apps.accounts.models import Organization
 from apps.core.errors import InvalidRequest
-from apps.core.pagination import PageRequest, created_page, id_page
-from apps.jobs.models import Attempt, Job, JobCounter, JobEvent, LogLine
+from apps.core.pagination import MAX_ID, PageRequest, created_page, encode_cursor, id_page
+from apps.jobs.models import Attempt, Job, JobCounter, JobEvent, LogLine, MetricSample
 from apps.jobs.states import JobState
 from apps.projects.models import Project
 
@@ -84,3 +88,98 @@ def log_page(
 def event_page(job: Job, page: PageRequest) -> tuple[list[JobEvent], str | None, int]:
     rows, next_cursor = id_page(JobEvent.objects.filter(job=job), page)
     return rows, next_cursor, JobEvent.objects.filter(job=job).count()
+
+
+# -- metric series -------------------------------------------------------------------------
+
+# `MetricSample.step` is a PositiveIntegerField (PostgreSQL `integer`).
+MAX_STEP = 2_147_483_647
+_WHOLE_NUMBER = re.compile(r"[0-9]+", re.ASCII)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """A value as JSON can carry it: NaN and infinity (a diverging run) become null."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def series_entry(sample: MetricSample) -> dict:
+    """A series' latest point as `Job.metric_series` keeps it (without its `points`)."""
+    return {
+        "step": sample.step,
+        "value": finite_or_none(sample.value),
+        "time": sample.time.astimezone(UTC).isoformat(),
+        "attempt": sample.attempt,
+    }
+
+
+def metric_series(job: Job) -> dict:
+    """`Job.metric_series` recomputed from the samples that are not superseded: for a
+    resume, which supersedes points of any series at once. One grouped count, then the
+    latest point of each series from the series index."""
+    live = MetricSample.objects.filter(job=job, superseded=False)
+    counts = dict(live.values_list("name").annotate(n=Count("id")).order_by("name"))
+    summary = {}
+    for name, points in counts.items():
+        latest = live.filter(name=name).order_by("-step", "-id").first()
+        summary[name] = {**series_entry(latest), "points": points}
+    return summary
+
+
+def latest_metrics(job: Job) -> dict[str, float | None]:
+    """{name: latest value} for the job object: read from the job row, no query."""
+    return {name: entry["value"] for name, entry in sorted((job.metric_series or {}).items())}
+
+
+def since_step_param(raw: str | None) -> int | None:
+    """`since_step` as given: a whole number of 0 or more (any size), else a 400 naming it."""
+    if raw in (None, ""):
+        return None
+    if len(raw) > 100 or not _WHOLE_NUMBER.fullmatch(raw):
+        raise InvalidRequest("since_step must be a whole number of 0 or more.", param="since_step")
+    return int(raw)
+
+
+def _cursor_key(after: list) -> tuple[int, int]:
+    """(step, id) from a metrics cursor, or a 400 naming `cursor`."""
+    step, last_id = after
+    for value, top in ((step, MAX_STEP), (last_id, MAX_ID)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= top:
+            raise InvalidRequest("The cursor is not valid.", param="cursor")
+    return step, last_id
+
+
+def metric_page(
+    job: Job, page: PageRequest, *, name: str | None, since_step: int | None
+) -> tuple[list[MetricSample], str | None, int]:
+    """Points that are not superseded, keyset-paginated on (step, id), filtered by series
+    name and first step. Served by the partial indexes (job, name, step, id) and
+    (job, step, id); `total` comes from the job's series summary unless `since_step` asks
+    for a range, so an unfiltered page of a 100k-point job counts nothing."""
+    after = _cursor_key(page.after) if page.after is not None else None
+    summary = job.metric_series or {}
+    if name is not None and name not in summary:
+        return [], None, 0  # no such series: nothing to read (nor a name to send to the database)
+    if since_step is not None and since_step > MAX_STEP:
+        return [], None, 0
+    points = MetricSample.objects.filter(job=job, superseded=False)
+    if name is not None:
+        points = points.filter(name=name)
+    if since_step:  # 0 is every step: nothing to filter or count
+        points = points.filter(step__gte=since_step)
+        total = points.count()
+    elif name is not None:
+        total = summary[name]["points"]
+    else:
+        total = sum(entry["points"] for entry in summary.values())
+    if after is not None:
+        step, last_id = after
+        if page.descending:
+            points = points.filter(Q(step__lt=step) | Q(step=step, id__lt=last_id), step__lte=step)
+        else:
+            points = points.filter(Q(step__gt=step) | Q(step=step, id__gt=last_id), step__gte=step)
+    order = ("-step", "-id") if page.descending else ("step", "id")
+    rows = list(points.order_by(*order)[: page.limit + 1])
+    if len(rows) <= page.limit:
+        return rows, None, total
+    rows = rows[: page.limit]
+    return rows, encode_cursor([rows[-1].step, rows[-1].id]), total

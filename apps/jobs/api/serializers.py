@@ -6,7 +6,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.core.money import micros_to_usd
-from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine
+from apps.jobs import selectors
+from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine, MetricSample
 from apps.jobs.states import JobState
 
 
@@ -115,6 +116,7 @@ class JobOut(serializers.Serializer):
     exit_code = serializers.IntegerField(allow_null=True)
     preemption_count = serializers.IntegerField()
     attempts = AttemptOut(many=True)
+    latest_metrics = serializers.SerializerMethodField()
 
     def _last_attempt(self, job: Job) -> Attempt | None:
         attempts = list(job.attempts.all())
@@ -169,6 +171,11 @@ class JobOut(serializers.Serializer):
     def get_endpoints(self, job: Job) -> list[str]:
         return []
 
+    @extend_schema_field(serializers.DictField(child=serializers.FloatField(allow_null=True)))
+    def get_latest_metrics(self, job: Job) -> dict[str, float | None]:
+        """Each series' latest value (null: NaN or infinity), from the job row: no query."""
+        return selectors.latest_metrics(job)
+
 
 class LogLineOut(serializers.ModelSerializer):
     id = serializers.SerializerMethodField()
@@ -216,6 +223,32 @@ class ArtifactOut(serializers.ModelSerializer):
         return f"/api/v1/compute/jobs/{artifact.job.public_id}/artifacts/art_{artifact.id}/download"
 
 
+class MetricPointOut(serializers.ModelSerializer):
+    """One point of one series. `value` is null where the workload printed NaN or infinity
+    (JSON has neither); `time` is when it printed the line."""
+
+    value = serializers.SerializerMethodField()
+
+    class Meta:
+        model = MetricSample
+        fields = ["name", "step", "value", "time", "attempt"]
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_value(self, point: MetricSample) -> float | None:
+        return selectors.finite_or_none(point.value)
+
+
+class MetricLatestOut(serializers.Serializer):
+    step = serializers.IntegerField()
+    value = serializers.FloatField(allow_null=True)
+    time = serializers.DateTimeField()
+
+
+class MetricNameOut(serializers.Serializer):
+    name = serializers.CharField()
+    latest = MetricLatestOut()
+
+
 def page_serializer(name: str, item: type[serializers.Serializer]) -> type[serializers.Serializer]:
     """A `{data, next_cursor, total}` envelope for the OpenAPI schema."""
     return type(
@@ -233,3 +266,12 @@ JobPage = page_serializer("JobPage", JobOut)
 LogPage = page_serializer("LogPage", LogLineOut)
 EventPage = page_serializer("EventPage", JobEventOut)
 ArtifactPage = page_serializer("ArtifactPage", ArtifactOut)
+
+
+class MetricPage(serializers.Serializer):
+    """A page of a job's metric points, with every series and its latest point."""
+
+    names = MetricNameOut(many=True)
+    data = MetricPointOut(many=True)
+    next_cursor = serializers.CharField(allow_null=True)
+    total = serializers.IntegerField()

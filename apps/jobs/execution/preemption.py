@@ -29,12 +29,12 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from apps.jobs import enqueue, services
+from apps.jobs import enqueue, selectors, services
 from apps.jobs.events import JobEventType
 from apps.jobs.execution.attempts import end_attempt
 from apps.jobs.execution.placement import held_for_others, markets_for, offers_with_free_capacity
 from apps.jobs.kinds import hooks_for
-from apps.jobs.models import Attempt, Job, MetricPoint
+from apps.jobs.models import Attempt, Job, MetricPoint, MetricSample
 from apps.jobs.states import JobState
 from apps.providers.backends import backend_for
 
@@ -253,6 +253,10 @@ def record_resume(job: Job, attempt: Attempt, resumed_from_step: int | None) -> 
     MetricPoint.objects.filter(
         job=job, attempt__lt=attempt.number, step__gt=step, superseded=False
     ).update(superseded=True)
+    if MetricSample.objects.filter(
+        job=job, attempt__lt=attempt.number, step__gt=step, superseded=False
+    ).update(superseded=True):
+        Job.objects.filter(pk=job.pk).update(metric_series=selectors.metric_series(job))
     if resumed_from_step is None:
         kind = JobEventType.RESTARTED_FROM_BEGINNING
         message = "No checkpoint to resume from: the workload starts from the beginning."

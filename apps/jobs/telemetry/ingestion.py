@@ -32,6 +32,7 @@ from apps.jobs import services
 from apps.jobs.events import JobEventType
 from apps.jobs.live import push
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
+from apps.jobs.telemetry import series
 from apps.jobs.telemetry.masking import secret_masker
 from apps.jobs.telemetry.metrics import MAX_STEP, parse_metric_line
 from runner import protocol
@@ -117,8 +118,12 @@ def ingest(*, attempt: Attempt, job: Job, lines: list[IncomingLine]) -> IngestRe
         if inserted:
             user = sum(1 for row in inserted if row[2] == LogLine.Source.USER)
             dropped = _Dropped()
-            metric_ids = _store_parsed(job, attempt.number, inserted, dropped)
+            # The live sequence first: it locks the job's row, which the metric series
+            # summary is read and written under (and which a resume holds while it
+            # supersedes points), so two batches of a job never interleave there.
             seq = push.bump_live_seq(job.pk, user_lines=user, system_lines=len(inserted) - user)
+            times = {line.seq: line.timestamp for line in lines}
+            metric_ids = _store_parsed(job, attempt.number, inserted, times, dropped)
             push.push_on_commit(
                 job=job, seq=seq, log_ids=[row[0] for row in inserted], metric_ids=metric_ids
             )
@@ -152,12 +157,12 @@ def _seq_list(seqs: list[int]) -> str:
     return shown + (", …" if len(seqs) > MAX_DROP_NOTES else "")
 
 
-def _store_parsed(job: Job, attempt: int, inserted, dropped: _Dropped) -> list[int]:
+def _store_parsed(job: Job, attempt: int, inserted, times, dropped: _Dropped) -> list[int]:
     """Metric points and grading events of the inserted lines, in a savepoint: whatever the
     database still refuses there costs these writes, never the lines."""
     try:
         with transaction.atomic():
-            metric_ids = _store_metrics(job, attempt, inserted, dropped)
+            metric_ids = _store_metrics(job, attempt, inserted, times, dropped)
             _record_grading(job, attempt, inserted, dropped)
             return metric_ids
     except (DataError, IntegrityError, ValueError) as exc:
@@ -265,8 +270,13 @@ def _record_grading(job: Job, attempt: int, inserted, dropped: _Dropped) -> None
             )
 
 
-def _store_metrics(job: Job, attempt: int, inserted, dropped: _Dropped) -> list[int]:
+def _store_metrics(job: Job, attempt: int, inserted, times, dropped: _Dropped) -> list[int]:
+    """MetricPoints (the lines as printed) and their named samples (`series`). A line without
+    a step is numbered: a training line (it has a `loss`) takes the next step; any other (a
+    Hugging Face evaluation dict, the final summary) reports on the step training is at, so
+    evaluation series line up with the training steps they evaluate."""
     points = []
+    samples: list[series.Sample] = []
     next_step = None
     past_last_step = []
     for _, seq, source, message in inserted:
@@ -290,11 +300,12 @@ def _store_metrics(job: Job, attempt: int, inserted, dropped: _Dropped) -> list[
                     ]
                     or 0
                 ) + 1
-            step = next_step
+            step = next_step if metric.loss is not None else max(next_step - 1, 0)
         if step > MAX_STEP:
             past_last_step.append(seq)
             continue
-        next_step = step + 1
+        next_step = step + 1 if metric.loss is not None or metric.step is not None else next_step
+        samples += series.samples_of(metric, step=step, time=times[seq])
         points.append(
             MetricPoint(
                 job=job,
@@ -314,4 +325,12 @@ def _store_metrics(job: Job, attempt: int, inserted, dropped: _Dropped) -> list[
         )
     if not points:
         return []
-    return [point.pk for point in MetricPoint.objects.bulk_create(points)]
+    ids = [point.pk for point in MetricPoint.objects.bulk_create(points)]
+    refused = series.record(job, attempt, samples).refused_names
+    if refused:
+        names = ", ".join(_shown(repr(name)) for name in refused[:MAX_DROP_NOTES])
+        dropped.add(
+            f"the values of metric(s) {names} (a job keeps at most {series.MAX_SERIES} series, "
+            f"with names of at most {series.MAX_NAME_CHARS} characters)"
+        )
+    return ids

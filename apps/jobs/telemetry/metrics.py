@@ -7,7 +7,9 @@ not a metric. It knows three formats:
    `{'loss': 2.31, 'grad_norm': 1.2, 'learning_rate': 0.0002, 'epoch': 0.25}`, the eval line
    `{'eval_loss': 2.1, ...}` and the final `{'train_runtime': 12.3, 'train_loss': 2.0, ...}`.
 2. nanoGPT lines: `iter 100: loss 2.4712, time 380.12ms, mfu 12.34%` and the eval line
-   `step 200: train loss 2.1234, val loss 2.2345`.
+   `step 200: train loss 2.1234, val loss 2.2345`. The eval line is an evaluation, not a
+   training step: its values are `train_loss` and `val_loss` in `extra`, never `loss`, so the
+   training curve keeps one point per step.
 3. Our own JSON lines: `{"type": "metrics", "step": 3, "loss": 1.5, "lr": 2e-4, ...}`.
 
 A dict line (formats 1 and 3) must be the whole line, apart from surrounding whitespace, and
@@ -207,10 +209,12 @@ def _from_nanogpt_eval(line: str) -> ParsedMetric | None:
     if match is None:
         return None
     step, train_loss, val_loss = match.groups()
-    extra = {"val_loss": float(val_loss)} if math.isfinite(float(val_loss)) else {}
-    return _metric(
-        step=_step(int(step)), loss=float(train_loss), epoch=None, learning_rate=None, extra=extra
-    )
+    extra = {
+        key: float(value)
+        for key, value in (("train_loss", train_loss), ("val_loss", val_loss))
+        if math.isfinite(float(value))
+    }
+    return _metric(step=_step(int(step)), loss=None, epoch=None, learning_rate=None, extra=extra)
 
 
 def _metric(

@@ -160,9 +160,19 @@ def test_it_drops_nanogpts_placeholder_mfu_of_the_first_iterations():
     )
 
 
-def test_it_reads_a_nanogpt_eval_line_with_val_loss_in_extra():
+def test_it_reads_a_nanogpt_eval_line_as_train_loss_and_val_loss_never_loss():
     assert parse_metric_line("step 2000: train loss 1.7648, val loss 1.8857") == ParsedMetric(
-        step=2000, loss=1.7648, epoch=None, learning_rate=None, extra={"val_loss": 1.8857}
+        step=2000,
+        loss=None,
+        epoch=None,
+        learning_rate=None,
+        extra={"train_loss": 1.7648, "val_loss": 1.8857},
+    )
+
+
+def test_it_drops_a_non_finite_nanogpt_eval_value_but_keeps_the_other():
+    assert parse_metric_line("step 40: train loss nan, val loss 2.5000") == ParsedMetric(
+        step=40, loss=None, epoch=None, learning_rate=None, extra={"val_loss": 2.5}
     )
 
 
