@@ -61,3 +61,18 @@ def second_attempt(job: Job, *, minutes: int, price: int = 2 * PRICE) -> Job:
         ended_at=now,
     )
     return bill(job)
+
+
+def spend(org, micros: int, *, key: str = "spent", project=None) -> None:
+    """Post `micros` of usage from `org`'s wallet now, as billing would (no job needed)."""
+    from apps.billing import ledger
+
+    ledger.transfer(
+        organization_id=org.pk,
+        debit="wallet",
+        credit="usage",
+        amount_micros=micros,
+        code="usage",
+        idempotency_key=key,
+        project_id=project.pk if project is not None else None,
+    )

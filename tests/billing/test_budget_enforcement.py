@@ -18,6 +18,7 @@ from apps.jobs.execution import dispatch
 from apps.jobs.execution.reconcile import reconcile
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState
+from tests.billing.api_helpers import spend
 from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory
 from tests.jobs.helpers import make_job
 
@@ -144,16 +145,7 @@ def test_alert_budgets_notice_each_threshold_once_and_mail_the_admins(
 
 def test_a_new_period_notices_again(org):
     budget = _budget(org, 100, period="day")
-    from apps.billing import ledger
-
-    ledger.transfer(
-        organization_id=org.pk,
-        debit="wallet",
-        credit="usage",
-        amount_micros=60,
-        code="usage",
-        idempotency_key="yesterday",
-    )
+    spend(org, 60, key="yesterday")
     yesterday = timezone.now() - timedelta(days=1)
     budgets.evaluate(now=yesterday)
     budgets.evaluate()
@@ -167,16 +159,7 @@ def test_a_new_period_notices_again(org):
 def test_two_passes_racing_write_exactly_one_80_percent_notice():
     org = OrganizationFactory()
     _budget(org, 100, thresholds=[80])
-    from apps.billing import ledger
-
-    ledger.transfer(
-        organization_id=org.pk,
-        debit="wallet",
-        credit="usage",
-        amount_micros=85,
-        code="usage",
-        idempotency_key="spent",
-    )
+    spend(org, 85)
     barrier = threading.Barrier(8)
     errors: list[BaseException] = []
 

@@ -13,6 +13,7 @@ from apps.billing import ledger
 from apps.billing.models import Budget, Transfer
 from apps.jobs import services
 from apps.jobs.models import Job
+from tests.billing.api_helpers import spend
 from tests.factories import OrganizationFactory
 from tests.jobs.helpers import job_body
 
@@ -119,15 +120,7 @@ def test_a_spent_blocking_budget_refuses_new_jobs_with_budget_exceeded(
     Budget.objects.create(
         public_id="bud_test", organization=org, period="month", limit_micros=1, action="block"
     )
-    ledger.transfer(
-        organization_id=org.pk,
-        debit="wallet",
-        credit="usage",
-        amount_micros=1,
-        code="usage",
-        idempotency_key="spent",
-        project_id=project.pk,
-    )
+    spend(org, 1, project=project)
     response = post(api_client_for(org), job_body())
     assert response.status_code == 402
     assert response.json()["error"]["type"] == "budget_exceeded"
@@ -138,14 +131,7 @@ def test_an_alert_budget_refuses_nothing(org):
     Budget.objects.create(
         public_id="bud_alert", organization=org, period="day", limit_micros=1, action="alert"
     )
-    ledger.transfer(
-        organization_id=org.pk,
-        debit="wallet",
-        credit="usage",
-        amount_micros=5,
-        code="usage",
-        idempotency_key="spent",
-    )
+    spend(org, 5)
     result = services.job_create(organization=org, payload=job_body(), idempotency_key="k")
     assert result.created
 
