@@ -209,3 +209,14 @@ def test_inline_files_are_checked(api_client_for, org, files, param):
     assert response.status_code == 400, response.content
     error = response.json()["error"]
     assert error["param"] == param, error
+
+
+def test_the_job_page_shows_the_jobs_code(api_client_for, client_for, member, org, tmp_path):
+    client = api_client_for(org)
+    workdir_id = _upload(client, tmp_path)
+    job = _create_job(client, workdir=workdir_id, files={"a.py": "", "b.py": ""}).json()
+    body = client_for(member).get(f"/o/acme/jobs/{job['id']}/").content.decode()
+    assert f"archive <code>{workdir_id}</code>, 2 inline files" in body
+    plain = _create_job(client).json()
+    body = client_for(member).get(f"/o/acme/jobs/{plain['id']}/").content.decode()
+    assert "<dt>Code</dt>" not in body
