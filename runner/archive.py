@@ -29,9 +29,12 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import struct
 import tarfile
 import zipfile
+import zlib
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, NamedTuple
 
@@ -43,6 +46,19 @@ MAX_UNPACKED_BYTES = 4 * 1024**3
 MAX_LINK_HOPS = 40  # as the kernel's MAXSYMLINKS
 MAX_ZIP_LINK_BYTES = 4096
 CHUNK_BYTES = 1024 * 1024
+# What reading a damaged archive may raise besides ArchiveError: turned into ArchiveError.
+READ_ERRORS = (
+    tarfile.TarError,
+    zipfile.BadZipFile,
+    zipfile.LargeZipFile,
+    zlib.error,
+    struct.error,
+    EOFError,
+    NotImplementedError,  # a zip compression method this Python lacks
+    UnicodeError,
+    ValueError,
+    OSError,
+)
 
 FILE, DIRECTORY, SYMLINK, HARDLINK = "file", "directory", "symlink", "hardlink"
 
@@ -114,7 +130,12 @@ def _tar_members(path: Path) -> list[tuple[Member, str]]:
                         "(no devices, FIFOs or sockets)"
                     )
                 out.append((member, info.name))
-    except (tarfile.TarError, EOFError, OSError, UnicodeError) as exc:
+            # To the end of the gzip stream, so its CRC is checked too.
+            while archive.fileobj is not None and archive.fileobj.read(CHUNK_BYTES):
+                pass
+    except ArchiveError:
+        raise
+    except READ_ERRORS as exc:
         raise ArchiveError(f"not a readable tar.gz: {exc}") from exc
     return out
 
@@ -144,7 +165,14 @@ def _zip_members(path: Path) -> list[tuple[Member, str]]:
                         "allowed (no devices, FIFOs or sockets)"
                     )
                 out.append((member, info.filename))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, UnicodeError) as exc:
+            # The data too (a tar.gz is read through as its headers are): a damaged member
+            # is refused now rather than when a runner unpacks it.
+            damaged = archive.testzip()
+            if damaged is not None:
+                raise ArchiveError(f"member {damaged!r} is damaged (bad CRC)")
+    except ArchiveError:
+        raise
+    except READ_ERRORS as exc:
         raise ArchiveError(f"not a readable zip: {exc}") from exc
     return out
 
@@ -247,31 +275,15 @@ def _inside(root: Path, path: Path) -> bool:
     return real == real_root or real.startswith(real_root + os.sep)
 
 
-def extract(
+def _unpack(
     path: Path,
     fmt: str,
     dest: Path,
-    *,
-    max_members: int = MAX_MEMBERS,
-    max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
-) -> list[Member]:
-    """Check the archive at `path` (every rule above), then unpack it into `dest`, which
-    must be new or empty. Files and directories first, links last, so nothing is written
-    through a link; hard links become copies. ArchiveError or OSError on failure (what was
-    unpacked is left for the caller to remove)."""
-    entries = _read_members(path, fmt)
-    _check(entries, max_members=max_members, max_unpacked_bytes=max_unpacked_bytes)
-    dest.mkdir(parents=True, exist_ok=True)
-    if any(dest.iterdir()):
-        raise ArchiveError(f"{dest} is not empty")
-    by_raw = {raw: member for member, raw in entries}
-    dir_modes: dict[str, int] = {}
-
-    def target_of(name: str) -> Path:
-        target = dest / name if name else dest
-        target.parent.mkdir(parents=True, exist_ok=True)
-        return target
-
+    by_raw: dict[str, Member],
+    dir_modes: dict[str, int],
+    target_of: Callable[[str], Path],
+) -> None:
+    """Write the files and directories (links come after, in `extract`)."""
     if fmt == FORMAT_TAR_GZ:
         with tarfile.open(path, mode="r:gz") as archive:
             for info in archive:
@@ -299,6 +311,39 @@ def extract(
                 elif member.kind == DIRECTORY:
                     target_of(member.name).mkdir(exist_ok=True)
                     dir_modes[member.name] = member.mode
+
+
+def extract(
+    path: Path,
+    fmt: str,
+    dest: Path,
+    *,
+    max_members: int = MAX_MEMBERS,
+    max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
+) -> list[Member]:
+    """Check the archive at `path` (every rule above), then unpack it into `dest`, which
+    must be new or empty. Files and directories first, links last, so nothing is written
+    through a link; hard links become copies. ArchiveError or OSError on failure (what was
+    unpacked is left for the caller to remove)."""
+    entries = _read_members(path, fmt)
+    _check(entries, max_members=max_members, max_unpacked_bytes=max_unpacked_bytes)
+    dest.mkdir(parents=True, exist_ok=True)
+    if any(dest.iterdir()):
+        raise ArchiveError(f"{dest} is not empty")
+    by_raw = {raw: member for member, raw in entries}
+    dir_modes: dict[str, int] = {}
+
+    def target_of(name: str) -> Path:
+        target = dest / name if name else dest
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    try:
+        _unpack(path, fmt, dest, by_raw, dir_modes, target_of)
+    except ArchiveError:
+        raise
+    except READ_ERRORS as exc:
+        raise ArchiveError(f"unpacking failed: {exc}") from exc
     symlinks = [member for member, _ in entries if member.kind == SYMLINK]
     for member in symlinks:
         target = target_of(member.name)

@@ -172,6 +172,8 @@ def prepare_workdir(
             raise
         except (ClientError, ArchiveError, OSError, WorkdirError) as exc:
             raise WorkdirError(f"archive {workdir_spec.get('id', '')}: {exc}") from exc
+        except Exception as exc:  # a damaged archive must fail the job, never the runner
+            raise WorkdirError(f"archive {workdir_spec.get('id', '')}: {exc!r}") from exc
         finally:
             part.unlink(missing_ok=True)
             if unpacked.exists():

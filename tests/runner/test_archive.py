@@ -205,3 +205,26 @@ def test_link_resolution_follows_the_archives_other_links():
     assert link_escapes("a/l", "../../b", {})
     assert not link_escapes("l", "d/..", {"d": "sub/inner"})  # d/.. is sub: inside
     assert link_escapes("l", "d/..", {"d": "."})
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+def test_a_zip_with_damaged_data_is_refused_not_crashed_on(tmp_path, method):
+    path = tmp_path / "a.zip"
+    with zipfile.ZipFile(path, "w", compression=method) as archive:
+        archive.writestr("data.txt", b"hello world, " * 1000)
+    raw = bytearray(path.read_bytes())
+    raw[45] ^= 0xFF  # inside the member's data (its local header is 38 bytes)
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ArchiveError, match=r"damaged|not a readable zip"):
+        check_archive(path, "zip")
+    with pytest.raises(ArchiveError):
+        extract(path, "zip", tmp_path / "out")
+
+
+def test_a_tar_gz_with_damaged_data_is_refused_not_crashed_on(tmp_path):
+    path = make_tar(tmp_path / "a.tgz", [("file", "a.bin", os.urandom(50_000) + b"x" * 9000)])
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # random data is stored as it is: only the CRC tells
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ArchiveError, match=r"not a readable tar\.gz"):
+        check_archive(path, "tar.gz")
