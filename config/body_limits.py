@@ -6,8 +6,9 @@ gigabytes to disk, a bad token's body included. This guard decides first, per pa
 
 - `POST /api/v1/runner/jobs/<id>/artifacts` with the bearer token of one of that job's
   attempts: up to ARTIFACT_MAX_BYTES (the view enforces the exact limit and records it);
-- `POST /o/<org>/projects/<project>/datasets/` from a signed-in session: up to
-  DATASET_MAX_BYTES plus room for the form around the file;
+- `POST /o/<org>/projects/<project>/datasets/` from a signed-in session, and
+  `POST /api/v1/projects/<project>/datasets` with a valid API key or from a signed-in
+  session: up to DATASET_MAX_BYTES plus room for the form around the file;
 - `POST /api/v1/compute/workdirs` (a code archive) with a valid API key or from a signed-in
   session: up to WORKDIR_MAX_BYTES plus room for a multipart envelope;
 - everything else: REQUEST_MAX_BYTES.
@@ -35,6 +36,7 @@ from apps.jobs.models import Attempt
 ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
 ARTIFACT_UPLOAD = re.compile(r"^/api/v1/runner/jobs/(?P<job_id>[^/]+)/artifacts/?$")
 DATASET_UPLOAD = re.compile(r"^/o/[^/]+/projects/[^/]+/datasets/?$")
+DATASET_API_UPLOAD = re.compile(r"^/api/v1/projects/[^/]+/datasets/?$")
 WORKDIR_UPLOAD = re.compile(r"^/api/v1/compute/workdirs/?$")
 FORM_OVERHEAD_BYTES = 1024 * 1024
 
@@ -88,11 +90,14 @@ async def body_limit(scope: dict) -> int:
             headers.get("cookie", "")
         ):
             return settings.DATASET_MAX_BYTES + FORM_OVERHEAD_BYTES
-        if WORKDIR_UPLOAD.match(path) and (
+        api_upload = DATASET_API_UPLOAD.match(path) or WORKDIR_UPLOAD.match(path)
+        if api_upload and (
             await sync_to_async(_api_key_valid)(headers.get("authorization", ""))
             or await sync_to_async(_signed_in)(headers.get("cookie", ""))
         ):
-            return settings.WORKDIR_MAX_BYTES + FORM_OVERHEAD_BYTES
+            if WORKDIR_UPLOAD.match(path):
+                return settings.WORKDIR_MAX_BYTES + FORM_OVERHEAD_BYTES
+            return settings.DATASET_MAX_BYTES + FORM_OVERHEAD_BYTES
     return settings.REQUEST_MAX_BYTES
 
 

@@ -41,6 +41,7 @@ def _post_headers_only(port: int, path: str, length: int, headers: dict[str, str
         "/api/v1/runner/jobs/job_nope/logs",
         "/api/v1/runner/jobs/job_nope/artifacts?kind=checkpoint&step=1",
         "/api/v1/compute/jobs",
+        "/api/v1/projects/proj_nope/datasets",
         "/accounts/login/",
     ],
 )
@@ -94,6 +95,25 @@ def test_a_runner_with_its_token_may_upload_an_artifact_past_the_small_limit(api
             "Content-Type": "application/gzip",
             "X-Trainyard-SHA256": hashlib.sha256(body).hexdigest(),
         },
+        timeout=60,
+    )
+
+    assert stored.status_code == 201, stored.text
+    assert stored.json()["size_bytes"] == len(body)
+
+
+def test_an_api_key_may_upload_a_dataset_past_the_small_limit(api, live_stack, compute_org):
+    from tests.factories import ProjectFactory
+
+    project = ProjectFactory(organization=compute_org)
+    row = b'{"instruction": "Add the numbers", "input": "2 and 3", "output": "5"}\n'
+    body = row * (6 * 1024 * 1024 // len(row) + 1)  # over REQUEST_MAX_BYTES (4 MiB)
+
+    stored = api.session.post(
+        f"{live_stack.url}/api/v1/projects/{project.public_id}/datasets",
+        params={"format": "alpaca", "name": "big"},
+        data=body,
+        headers={"Content-Type": "application/x-ndjson"},
         timeout=60,
     )
 
