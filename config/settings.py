@@ -225,6 +225,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_CLASSES": ["apps.accounts.throttle.ApiKeyRateThrottle"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    # The API answers JSON only, and `?format=` is a dataset's format, not a renderer's.
+    "URL_FORMAT_OVERRIDE": None,
 }
 
 SPECTACULAR_SETTINGS = {
@@ -236,6 +238,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # The dataset formats appear as `format` (datasets) and `dataset_format` (fine-tunes).
+    "ENUM_NAME_OVERRIDES": {"DatasetFormatEnum": "trainer.formats.FORMATS"},
 }
 
 # Security. Production sets DEBUG=0 and these follow; HTTPS is assumed to terminate at a proxy

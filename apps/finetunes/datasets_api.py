@@ -18,10 +18,8 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers, status
-from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import MultiPartParser
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from apps.accounts.permissions import caller
@@ -123,20 +121,6 @@ _PAGE_PARAMS = [
 ]
 
 
-class _FormatIsAField:
-    """DRF's settings, except that `?format=` does not pick a renderer (DRF's
-    URL_FORMAT_OVERRIDE): here it is the dataset's format. The API renders only JSON anyway."""
-
-    URL_FORMAT_OVERRIDE = None
-
-    def __getattr__(self, name: str):
-        return getattr(api_settings, name)
-
-
-class DatasetNegotiation(DefaultContentNegotiation):
-    settings = _FormatIsAField()
-
-
 def _project(request, project_id: str) -> Project:
     return get_object_or_404(
         Project.objects.for_org(caller(request).organization), public_id=project_id
@@ -166,7 +150,6 @@ def _stem(filename: str) -> str:
 class DatasetCollectionView(APIView):
     # Multipart is parsed by DRF; a raw body is read by `raw_upload` as a stream.
     parser_classes = [MultiPartParser]
-    content_negotiation_class = DatasetNegotiation
 
     @extend_schema(
         request={
