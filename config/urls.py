@@ -1,8 +1,9 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularSwaggerView
 
 from apps.accounts import views as account_views
+from config.schema import SchemaView
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -23,7 +24,7 @@ urlpatterns = [
     path("api/v1/runner/", include("apps.jobs.runner_api.urls")),
     path("api/v1/runner/", include("apps.finetunes.runner_urls")),
     path("api/v1/operator/", include("apps.jobs.api.operator_urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/schema/", SchemaView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
 

@@ -16,6 +16,7 @@ from apps.secrets import services as secret_services
 from tests.containers import MARKER, MARKER_PATH, containers_of_job
 from tests.factories import OrganizationFactory
 from tests.integration.conftest import TERMINAL, ComputeApi
+from tests.integration.stack import wait_for
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -54,7 +55,8 @@ def test_a_container_job_runs_in_its_image_with_its_exit_code_and_masked_secret(
     done = api.wait_state(job["id"], TERMINAL, timeout=90)
     assert (done["state"], done["reason"], done["exit_code"]) == ("failed", "exit_code_3", 3)
     assert _user_lines(job["id"]) == [MARKER, "token=***"]
-    assert containers_of_job(job["id"]) == []  # released: nothing outlives the attempt
+    # Released after the terminal state commits: nothing outlives the attempt.
+    wait_for(lambda: containers_of_job(job["id"]) == [], timeout=30, what="container removed")
 
 
 # Run inside each workload: look in every process it can see for the control plane's secrets
