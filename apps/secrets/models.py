@@ -1,7 +1,7 @@
 """Write-only secrets: named bundles of environment values, encrypted at rest.
 
 Only `keys` (the sorted key names) is readable; the values live in `ciphertext`, a Fernet
-token of the JSON-encoded `{KEY: value}` dict (see `apps.secrets.crypto`). Nothing here
+token of the JSON-encoded `{KEY: value}` dict (see `apps.core.crypto`). Nothing here
 decrypts: reads that need values go through `apps.secrets.selectors.resolve_secret_env`.
 """
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from apps.accounts.models import Organization
+from apps.core.crypto import SecretUndecryptable, decrypt_data
 from apps.core.errors import InvalidRequest
 from apps.core.pagination import PageRequest, created_page
-from apps.secrets.crypto import SecretUndecryptable, decrypt_data
 from apps.secrets.models import Secret
 from apps.secrets.validation import is_env_name
 

@@ -10,8 +10,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accounts.models import Organization
+from apps.core.crypto import encrypt_data, rotate_token
 from apps.core.errors import Conflict
-from apps.secrets.crypto import encrypt_data, rotate_token
 from apps.secrets.models import Secret
 from apps.secrets.validation import validate_data, validate_name
 

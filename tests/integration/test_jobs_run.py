@@ -11,8 +11,8 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from apps.jobs.models import Attempt, Job, JobEvent, LogLine
-from apps.providers.backends import procfs
 from apps.secrets import services as secret_services
+from runner import procfs
 from tests.integration.conftest import TERMINAL
 from tests.integration.stack import wait_for
 

@@ -14,9 +14,9 @@ import time
 import pytest
 
 from apps.jobs.models import Attempt
-from apps.providers.backends import procfs
 from apps.providers.backends.local import LocalBackend
 from apps.providers.models import Provider
+from runner import procfs
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
 from tests.providers.helpers import launch_args

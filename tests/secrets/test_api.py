@@ -1,7 +1,7 @@
 import pytest
 
 from apps.accounts.models import Role
-from apps.secrets.crypto import decrypt_data
+from apps.core.crypto import decrypt_data
 from apps.secrets.models import Secret
 
 pytestmark = pytest.mark.django_db

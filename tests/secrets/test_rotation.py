@@ -5,8 +5,8 @@ from cryptography.fernet import Fernet, MultiFernet
 from django.core.management import call_command
 from django.test import override_settings
 
+from apps.core.crypto import SecretUndecryptable, decrypt_data
 from apps.secrets import services
-from apps.secrets.crypto import SecretUndecryptable, decrypt_data
 from apps.secrets.models import Secret
 
 pytestmark = pytest.mark.django_db

@@ -2,9 +2,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from apps.core.crypto import decrypt_data
 from apps.core.errors import Conflict, InvalidRequest
 from apps.secrets import services
-from apps.secrets.crypto import decrypt_data
 from apps.secrets.models import Secret
 
 pytestmark = pytest.mark.django_db

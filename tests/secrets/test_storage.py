@@ -6,8 +6,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from django.test import override_settings
 
-from apps.secrets import crypto
-from apps.secrets.crypto import SecretUndecryptable, decrypt_data, encrypt_data
+from apps.core import crypto
+from apps.core.crypto import SecretUndecryptable, decrypt_data, encrypt_data
 
 pytestmark = pytest.mark.django_db
 

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
+from apps.core.crypto import SecretUndecryptable, decrypt_data, encrypt_data
 from apps.jobs.models import Attempt, Job
-from apps.secrets.crypto import SecretUndecryptable, decrypt_data, encrypt_data
 from apps.secrets.selectors import resolvable_secret_values
 from runner.masking import Masker
 

@@ -31,7 +31,7 @@ def backend_class(kind: str) -> type[Backend]:
 
 
 def backend_for(provider: Provider) -> Backend:
-    return backend_class(provider.kind)(provider.config or {})
+    return backend_class(provider.kind)(provider.config or {}, provider.credentials())
 
 
 def single_tenant(provider: Provider) -> bool:

@@ -3,13 +3,32 @@
 Lifecycle of one attempt: `launch` starts the runner with its bootstrap and returns a handle
 (JSON-serialisable; stored on the Attempt); `poll` says what became of it; `terminate` asks
 it to stop (SIGTERM, then SIGKILL after `grace_s`) without blocking; `release` frees what
-the backend holds once the attempt is over. `offers` says what the backend could run.
+the backend holds once the attempt is over. `offers` says what the backend could run;
+`diagnostics` gives lines that explain a stalled or failed launch (they become the job's
+system log lines).
+
+`poll` answers one of:
+- `queued`: the provider has the request but has not given it hardware yet (a batch queue);
+  `detail` is the provider's reason (Slurm's `Priority`, `Resources`, ...). The attempt stays
+  `provisioning`, is not billed and is not declared lost for missing heartbeats.
+- `running`: the hardware is ours and the runner runs (or is starting).
+- `exited` with the runner's exit code; `lost` (gone with no exit record); `reclaimed` (the
+  provider took the hardware back: preempted, node failure).
+
+Billing starts when the provider allocates the hardware. A backend whose `launch` gets the
+hardware at once (a host slot) says `ALLOCATES_AT_LAUNCH = True` and billing starts at
+placement; one with a queue says False and billing starts at the first `running` poll or the
+runner's `started` report, whichever comes first.
 
 Rules every backend keeps (the shared contract test checks them):
 - `launch` is idempotent per attempt: launching an attempt that is already running returns
   its handle and starts nothing.
 - `terminate` and `release` are idempotent and safe on a handle whose process is gone.
 - Errors split into RetryableBackendError (try again later) and PermanentBackendError.
+- A transport failure (an SSH connection that drops) is retryable and never by itself a
+  `lost`: the runner heartbeats over HTTP, and the control plane decides on that.
+- The runner token is never in argv, a batch script, a manifest or a log: it travels as a
+  0600 file that the runner reads and deletes at start.
 """
 
 from __future__ import annotations
@@ -21,7 +40,7 @@ from typing import Any, ClassVar, Literal
 from apps.core.errors import Retryable
 
 Handle = dict[str, Any]
-PollState = Literal["running", "exited", "lost", "reclaimed"]
+PollState = Literal["queued", "running", "exited", "lost", "reclaimed"]
 
 
 class BackendError(Exception):
@@ -77,9 +96,15 @@ class OfferInfo:
 
 class Backend(ABC):
     kind: ClassVar[str]
+    # True when `launch` holds the hardware at once (billing starts at placement); False for
+    # a batch queue (billing starts when the attempt first runs).
+    ALLOCATES_AT_LAUNCH: ClassVar[bool] = True
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], credentials: dict[str, str] | None = None) -> None:
+        """`config` is the Provider's settings; `credentials` its decrypted write-only
+        values (an SSH private key): keep them in memory, never in a handle or a log."""
         self.config = config
+        self.credentials = credentials or {}
 
     @classmethod
     def single_tenant(cls, config: dict[str, Any]) -> bool:
@@ -101,3 +126,13 @@ class Backend(ABC):
 
     @abstractmethod
     def offers(self) -> list[OfferInfo]: ...
+
+    def diagnostics(self, handle: Handle) -> list[str]:
+        """Lines that explain a stalled or failed launch: the batch system's output, the
+        remote runner's log tail. Never raises; [] when there is nothing to say."""
+        return []
+
+    def check(self) -> list[str]:
+        """Test the connection to the provider before it is saved; raises
+        PermanentBackendError naming what is wrong. Returns what was found (lines)."""
+        return [f"{offer.accelerator}: capacity {offer.capacity}" for offer in self.offers()]

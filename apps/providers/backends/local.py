@@ -53,7 +53,6 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.providers.backends import procfs
 from apps.providers.backends.base import (
     Backend,
     Bootstrap,
@@ -69,7 +68,7 @@ from apps.providers.backends.containers import (
     RunSpec,
     container_name,
 )
-from runner import protocol
+from runner import procfs, protocol
 
 RUNTIMES = ("host", "podman", "docker")
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from apps.jobs.execution import attempts, dispatch, supervision
 from apps.jobs.live import partials
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, MetricPoint
 from apps.jobs.states import JobState
-from apps.providers.backends import procfs
+from runner import procfs
 from tests.jobs.helpers import running
 from tests.jobs.helpers import submit_on as submit
 
