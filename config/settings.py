@@ -306,6 +306,9 @@ HEARTBEAT_TIMEOUT_S = env_float("HEARTBEAT_TIMEOUT_S", 90.0)
 TERMINATE_GRACE_S = env_float("TERMINATE_GRACE_S", 10.0)
 # A job displaced or reclaimed more often than this fails `too_many_preemptions`.
 PREEMPTION_MAX_PER_JOB = env_int("PREEMPTION_MAX_PER_JOB", 10)
+# An attempt waiting in a provider's own queue (Slurm) this long is given up and the job
+# placed again; a provider's config `queue_timeout_s` overrides it.
+PROVIDER_QUEUE_TIMEOUT_S = env_float("PROVIDER_QUEUE_TIMEOUT_S", 6 * 3600.0)
 # A job that finds no capacity waits in `requested` this long, then fails `no_capacity`.
 NO_CAPACITY_TIMEOUT_S = env_float("NO_CAPACITY_TIMEOUT_S", 3600.0)
 # Reconcile re-dispatches waiting jobs when capacity freed, else every DISPATCH_SWEEP_S, at

@@ -5,11 +5,17 @@ shown in dollars."""
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin
 
 from apps.catalog.models import Accelerator, Offer
+from apps.catalog.services import provider_check
+from apps.core.errors import ApiError
 from apps.core.money import format_usd
 from apps.providers.models import Provider
+
+# Provider kinds whose connection is tested before the admin saves them.
+CHECKED_KINDS = {Provider.Kind.SSH, Provider.Kind.SLURM}
 
 
 @admin.register(Accelerator)
@@ -59,8 +65,47 @@ class OfferInline(admin.TabularInline):
     show_change_link = True
 
 
+class ProviderForm(forms.ModelForm):
+    """The provider's settings, plus a write-only private key: never shown again, kept when
+    left blank. An SSH or Slurm provider is saved only once its connection test passes."""
+
+    private_key = forms.CharField(
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 4, "autocomplete": "off"}),
+        help_text="SSH private key (write-only: stored encrypted, never shown; blank keeps "
+        "the stored one).",
+    )
+
+    class Meta:
+        model = Provider
+        fields = ["name", "kind", "config", "enabled"]
+
+    def clean(self) -> dict:
+        data = super().clean()
+        credentials = self.instance.credentials() if self.instance.pk else {}
+        if data.get("private_key"):
+            credentials["private_key"] = data["private_key"]
+        self.credentials = credentials
+        kind = data.get("kind")
+        if kind in CHECKED_KINDS and data.get("enabled") and not self.errors:
+            try:
+                provider_check(kind=kind, config=data.get("config") or {}, credentials=credentials)
+            except ApiError as exc:
+                raise forms.ValidationError(str(exc.detail)) from exc
+        return data
+
+    def save(self, commit: bool = True) -> Provider:
+        provider = super().save(commit=False)
+        provider.set_credentials(self.credentials)
+        if commit:
+            provider.save()
+        return provider
+
+
 @admin.register(Provider)
 class ProviderAdmin(admin.ModelAdmin):
+    form = ProviderForm
     list_display = ["name", "kind", "enabled", "created_at"]
     list_filter = ["kind", "enabled"]
     search_fields = ["name"]

@@ -16,6 +16,8 @@ class JobEventType(models.TextChoices):
     # placement and launch
     WAITING_FOR_CAPACITY = "waiting_for_capacity", "Waiting for capacity"
     PROVIDER_ALLOCATED = "provider_allocated", "Provider allocated"
+    PROVIDER_QUEUED = "provider_queued", "Queued at the provider"
+    QUEUE_TIMEOUT = "queue_timeout", "Queued too long at the provider"
     # the workload
     WORKLOAD_STARTED = "workload_started", "Workload started"
     WORKLOAD_EXITED = "workload_exited", "Workload exited"

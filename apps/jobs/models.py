@@ -189,6 +189,13 @@ class Attempt(models.Model):
     # attempt's end, whatever its exit code, is a reclaim, not a failure.
     reclaim_reason = models.CharField(max_length=64, blank=True)
     allocated_at = models.DateTimeField(default=timezone.now)
+    # When the provider gave the attempt its hardware: billing counts from here. At placement
+    # for a backend that allocates at launch (a host slot); for a batch queue (Slurm) when the
+    # attempt first runs. Null while it waits in the provider's queue.
+    billing_started_at = models.DateTimeField(null=True, blank=True)
+    # The provider's reason while the attempt waits in its queue (Slurm's `Resources`, say);
+    # blank once it runs.
+    queue_reason = models.CharField(max_length=200, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)

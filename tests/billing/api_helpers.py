@@ -36,7 +36,8 @@ def billed_job(org, *, minutes: int, name: str = "train", end: bool = True, **bo
     attempt = dispatch.allocate(job.pk)
     assert attempt is not None, "no room for the job"
     Attempt.objects.filter(pk=attempt.pk).update(
-        allocated_at=timezone.now() - timedelta(minutes=minutes, seconds=5)
+        allocated_at=timezone.now() - timedelta(minutes=minutes, seconds=5),
+        billing_started_at=timezone.now() - timedelta(minutes=minutes, seconds=5)
     )
     job = bill(job)
     if end:
@@ -58,6 +59,7 @@ def second_attempt(job: Job, *, minutes: int, price: int = 2 * PRICE) -> Job:
         gpu_count=1,
         price_micros_hr=price,
         allocated_at=now - timedelta(minutes=minutes, seconds=5),
+        billing_started_at=now - timedelta(minutes=minutes, seconds=5),
         ended_at=now,
     )
     return bill(job)

@@ -44,7 +44,8 @@ def _dear_job(org, **overrides) -> Job:
 def _allocated(job: Job, minutes_ago: float) -> Attempt:
     attempt = dispatch.allocate(job.pk)
     Attempt.objects.filter(pk=attempt.pk).update(
-        allocated_at=timezone.now() - timedelta(minutes=minutes_ago)
+        allocated_at=timezone.now() - timedelta(minutes=minutes_ago),
+        billing_started_at=timezone.now() - timedelta(minutes=minutes_ago)
     )
     return attempt
 
@@ -88,7 +89,10 @@ def test_terminate_acts_ahead_when_what_is_left_would_not_last_until_the_next_pa
     reconcile()
     job.refresh_from_db()
     assert job.reason is None
-    Attempt.objects.filter(job=job).update(allocated_at=timezone.now() - timedelta(minutes=3.1))
+    Attempt.objects.filter(job=job).update(
+        allocated_at=timezone.now() - timedelta(minutes=3.1),
+        billing_started_at=timezone.now() - timedelta(minutes=3.1),
+    )
     reconcile()  # $3 billed, $0.50 left: it would not last
     job.refresh_from_db()
     assert (job.state, job.reason) == (JobState.TERMINATING, "budget_exhausted")
@@ -131,7 +135,8 @@ def test_alert_budgets_notice_each_threshold_once_and_mail_the_admins(
         reconcile()
     assert list(BudgetNotice.objects.values_list("threshold", flat=True)) == [50]
     Attempt.objects.filter(pk=attempt.pk).update(
-        allocated_at=timezone.now() - timedelta(minutes=8.5)
+        allocated_at=timezone.now() - timedelta(minutes=8.5),
+        billing_started_at=timezone.now() - timedelta(minutes=8.5)
     )
     with django_capture_on_commit_callbacks(execute=True):
         reconcile()  # $8: 80 %

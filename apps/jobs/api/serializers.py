@@ -30,6 +30,8 @@ class AttemptOut(serializers.ModelSerializer):
             "gpu_count",
             "price_usd_hr",
             "allocated_at",
+            "billing_started_at",
+            "queue_reason",
             "started_at",
             "ended_at",
             "exit_code",

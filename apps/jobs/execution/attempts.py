@@ -1,10 +1,12 @@
 """The attempt kernel that dispatch, preemption and supervision share: find and lock a job's
 current attempt, end an attempt, and bill attempts in whole minutes.
 
-Billing: each attempt is billed in whole minutes from its allocation at the price captured
-then (`attempt.price_micros_hr` is for the whole allocation per hour), and at least one
-minute: an allocation is never free, however soon it ends (so a workload cannot run for
-nothing in a loop of short attempts). Accounted time is wall time times
+Billing: each attempt is billed in whole minutes from the moment the provider gave it its
+hardware (`billing_started_at`: placement on a host, the first run after a batch queue) at
+the price captured at placement (`attempt.price_micros_hr` is for the whole allocation per
+hour), and at least one minute once it has hardware: an allocation is never free, however
+soon it ends (so a workload cannot run for nothing in a loop of short attempts). An attempt
+that only ever waited in a provider's queue costs nothing. Accounted time is wall time times
 TRAINYARD_CLOCK_SCALE (1 in production).
 """
 
@@ -42,6 +44,23 @@ def accounted_seconds(start: datetime, end: datetime) -> float:
     return max(0.0, (end - start).total_seconds()) * settings.TRAINYARD_CLOCK_SCALE
 
 
+def start_billing(job: Job, attempt: Attempt, now: datetime | None = None) -> bool:
+    """The provider gave `attempt` its hardware: bill it from now on (and count it in the
+    burn rate). Call under the job's row lock; True when billing started here."""
+    if attempt.billing_started_at is not None or attempt.ended_at is not None:
+        return False
+    now = now or timezone.now()
+    updated = Attempt.objects.filter(pk=attempt.pk, billing_started_at__isnull=True).update(
+        billing_started_at=now, queue_reason=""
+    )
+    if not updated:
+        return False
+    attempt.billing_started_at = now
+    attempt.queue_reason = ""
+    meter(job, attempt)
+    return True
+
+
 def bill(job: Job, now: datetime | None = None) -> int:
     """Bring every attempt's billed minutes up to date, post what they added to the ledger
     and store the job's accrued spend (always the sum of its usage transfers). Call under the
@@ -49,8 +68,11 @@ def bill(job: Job, now: datetime | None = None) -> int:
     now = now or timezone.now()
     total = 0
     for attempt in job.attempts.all():
+        if attempt.billing_started_at is None:
+            continue  # it never had hardware (waited in a provider's queue): free
         end = min(attempt.ended_at or now, attempt.billed_until or now)
-        minutes = max(MIN_BILLED_MINUTES, int(accounted_seconds(attempt.allocated_at, end) // 60))
+        seconds = accounted_seconds(attempt.billing_started_at, end)
+        minutes = max(MIN_BILLED_MINUTES, int(seconds // 60))
         if minutes != attempt.billed_minutes or attempt.ended_at is None:
             attempt.billed_minutes = minutes
             Attempt.objects.filter(pk=attempt.pk).update(billed_minutes=minutes)
@@ -101,7 +123,8 @@ def end_attempt(attempt: Attempt, *, reason: str, exit_code: int | None = None) 
     capacity.freed_on_commit()
     job = Job.objects.get(pk=attempt.job_id)
     bill(job)
-    meter(job, attempt)
+    if attempt.billing_started_at is not None:
+        meter(job, attempt)
     if attempt.handle:
         provider = attempt.provider
         handle = attempt.handle

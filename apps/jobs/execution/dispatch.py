@@ -27,7 +27,7 @@ from apps.jobs.execution.placement import lock_offer_with_capacity
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt, Job, JobEvent
 from apps.jobs.states import JobState
-from apps.providers.backends import backend_for
+from apps.providers.backends import backend_class, backend_for
 from apps.providers.backends.base import Bootstrap, LaunchRequest, PermanentBackendError
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ def allocate(job_id: int) -> Attempt | None:
                 job_id=job.pk, to=JobState.REQUESTED, message="Placed again after preemption."
             )
         number = job.attempt_count + 1
+        allocates_now = backend_class(offer.provider.kind).ALLOCATES_AT_LAUNCH
         attempt = Attempt.objects.create(
             job=job,
             number=number,
@@ -94,9 +95,11 @@ def allocate(job_id: int) -> Attempt | None:
             gpu_memory_gb=offer.accelerator.memory_gb,
             price_micros_hr=offer.price_per_gpu_hour_micros * job.gpu_count,
             allocated_at=now,
+            billing_started_at=now if allocates_now else None,
         )
         Job.objects.filter(pk=job.pk).update(attempt_count=number, allocated_at=now)
-        meter(job, attempt)  # the burn rate counts it from allocation
+        if allocates_now:
+            meter(job, attempt)  # the burn rate counts it from allocation
         price = format_usd(attempt.price_micros_hr)
         where = f"{offer.provider.name}: {attempt.accelerator} x{attempt.gpu_count}"
         services.job_transition(
@@ -157,6 +160,7 @@ def launch(job_id: int) -> None:
         gpu_count=attempt.gpu_count,
         ephemeral_disk_gb=job.ephemeral_disk_gb,
         image=job.spec["container"]["image"],
+        max_runtime_hours=job.max_runtime_hours,
     )
     bootstrap = Bootstrap(
         control_url=settings.TRAINYARD_PUBLIC_URL,

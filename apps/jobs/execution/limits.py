@@ -52,7 +52,11 @@ def enforce_limits(job_id: int) -> None:
 
 def _runtime_hours(job: Job) -> float:
     now = timezone.now()
-    seconds = sum(accounted_seconds(a.allocated_at, a.ended_at or now) for a in job.attempts.all())
+    seconds = sum(
+        accounted_seconds(a.billing_started_at, a.ended_at or now)
+        for a in job.attempts.all()
+        if a.billing_started_at is not None
+    )
     return seconds / 3600
 
 

@@ -207,7 +207,7 @@ def preemption_reason(job: Job, attempt: Attempt, exit_code: int | None) -> str 
     return None
 
 
-def preempt(job: Job, attempt: Attempt, *, reason: str, detail: str = "") -> Job:
+def preempt(job: Job, attempt: Attempt, *, reason: str, detail: str = "", message: str = "") -> Job:
     """End `attempt` and move its job to `preempted`, then back in line for placement, or to
     `failed` past the cap. Call under the job's row lock with `attempt` its live attempt."""
     by = visible_id(attempt.preempted_by, to=job) if attempt.preempted_by_id else None
@@ -221,7 +221,7 @@ def preempt(job: Job, attempt: Attempt, *, reason: str, detail: str = "") -> Job
         )
         data = {"preempted_by": by}
     else:
-        message = "The hardware was reclaimed; it will resume from its last checkpoint."
+        message = message or "The hardware was reclaimed; it will resume from its last checkpoint."
         data = {"detail": detail or attempt.reclaim_reason or RECLAIMED}
     job = services.job_transition(
         job_id=job.pk, to=JobState.PREEMPTED, reason=reason, message=message, data=data

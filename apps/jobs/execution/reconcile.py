@@ -20,6 +20,7 @@ from apps.jobs.execution.limits import LIVE_JOB_STATES, enforce_budgets, enforce
 from apps.jobs.execution.supervision import finalize, supervise
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState
+from apps.providers.backends.base import RetryableBackendError
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,8 @@ def reconcile() -> dict[str, int]:
     for attempt_id in live:
         try:
             supervise(attempt_id)
+        except RetryableBackendError as exc:  # the provider is out of reach for now
+            logger.warning("supervising attempt %s: %s; trying again next pass", attempt_id, exc)
         except Exception:  # one broken attempt must not stop supervision of the others
             logger.exception("supervising attempt %s failed", attempt_id)
 

@@ -22,12 +22,18 @@ from apps.core.errors import InvalidRequest
 from apps.jobs import enqueue, services
 from apps.jobs.events import JobEventType
 from apps.jobs.execution import preemption
-from apps.jobs.execution.attempts import AttemptSuperseded, end_attempt, lock_current
+from apps.jobs.execution.attempts import (
+    AttemptSuperseded,
+    end_attempt,
+    lock_current,
+    start_billing,
+)
 from apps.jobs.execution.limits import grace_for
 from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt, Job, LogLine
 from apps.jobs.states import JobState
-from apps.providers.backends import backend_for
+from apps.providers.backends import backend_class, backend_for
+from apps.providers.backends.base import Backend
 from apps.secrets.selectors import SECRET_ENV_PARAM
 from runner import protocol
 
@@ -38,6 +44,9 @@ SECRET_MISSING = "secret_missing"
 SPEC_INVALID = "spec_invalid"
 # States in which a runner may ask for its spec and the job may still fail for it.
 SPEC_FAILABLE = (JobState.ALLOCATING, JobState.PROVISIONING, JobState.RUNNING)
+QUEUE_TIMEOUT = "queue_timeout"
+# At most this many of a backend's diagnostic lines become system log lines at once.
+DIAGNOSTIC_LINES = 40
 
 
 def order_for(job: Job, attempt: Attempt) -> str:
@@ -60,6 +69,7 @@ def runner_started(attempt_id: int, resumed_from_step: int | None = None) -> str
             attempt.started_at = timezone.now()
             attempt.last_heartbeat_at = attempt.started_at
             attempt.save(update_fields=["started_at", "last_heartbeat_at"])
+            start_billing(job, attempt, attempt.started_at)
             services.record_event(
                 job=job,
                 attempt=attempt.number,
@@ -81,10 +91,15 @@ def runner_heartbeat(attempt_id: int) -> str:
     return order_for(job, attempt)
 
 
-def runner_exited(attempt_id: int, exit_code: int) -> None:
+def runner_exited(attempt_id: int, exit_code: int, *, confirmed: bool = False) -> None:
     """Record the workload's exit code (from the runner or the backend's poll) and move the
     job on: to `preempted` when the attempt was displaced or reclaimed, else towards its
-    final state, which `finalize` sets after releasing the hardware."""
+    final state, which `finalize` sets after releasing the hardware.
+
+    A batch scheduler (Slurm) preempts by SIGTERM, so a runner's own report of exit 143 on
+    such a provider may be a reclaim nobody here asked for: the job then waits for the
+    backend's next poll (`confirmed=True`), which tells a reclaim from the workload's own
+    exit."""
     with transaction.atomic():
         job, attempt = lock_current(attempt_id)
         if attempt.ended_at is not None:
@@ -102,6 +117,8 @@ def runner_exited(attempt_id: int, exit_code: int) -> None:
         reason = preemption.preemption_reason(job, attempt, attempt.exit_code)
         if reason is not None:
             preemption.preempt(job, attempt, reason=reason)
+            return
+        if not confirmed and _may_be_a_reclaim(job, attempt):
             return
         if job.state == JobState.PROVISIONING:
             job = services.job_transition(job_id=job.pk, to=JobState.RUNNING)
@@ -232,13 +249,22 @@ def supervise(attempt_id: int) -> None:
         backend.terminate(attempt.handle, settings.TERMINATE_GRACE_S)
         Attempt.objects.filter(pk=attempt.pk).update(terminate_requested_at=timezone.now())
     result = backend.poll(attempt.handle)
+    if result.state == "queued":
+        if job.state != JobState.TERMINATING:
+            _queued(attempt.pk, result.detail, backend)
+        return
     if result.state == "running":
+        if attempt.billing_started_at is None:
+            _hardware_allocated(attempt.pk)
+            return
         if job.state != JobState.TERMINATING and _heartbeat_lapsed(attempt):
             preemption.kill_silent(attempt)
         return
     if result.state == "exited" and result.exit_code is not None:
+        if attempt.started_at is None:
+            _record_diagnostics(job, attempt, backend)
         try:
-            runner_exited(attempt.pk, result.exit_code)
+            runner_exited(attempt.pk, result.exit_code, confirmed=True)
         except AttemptSuperseded:
             return
         finalize(job.pk)
@@ -247,8 +273,97 @@ def supervise(attempt_id: int) -> None:
         finalize_terminating_without_runner(job.pk)
         return
     # Gone without an exit record: make sure nothing of it is left before a new attempt.
+    _record_diagnostics(job, attempt, backend)
     backend.release(attempt.handle)
     _lost(attempt.pk, result.state, result.detail or "The workload was lost.")
+
+
+def _may_be_a_reclaim(job: Job, attempt: Attempt) -> bool:
+    return (
+        attempt.exit_code == protocol.EXIT_SIGTERM
+        and job.state != JobState.TERMINATING
+        and not backend_class(attempt.provider.kind).ALLOCATES_AT_LAUNCH
+    )
+
+
+def _queued(attempt_id: int, detail: str, backend: Backend) -> None:
+    """The attempt waits in the provider's queue: say why (once per reason) and, past the
+    queue timeout, give the place up and put the job back in line for another."""
+    with transaction.atomic():
+        try:
+            job, attempt = lock_current(attempt_id)
+        except AttemptSuperseded:
+            return
+        if attempt.ended_at is not None or attempt.billing_started_at is not None:
+            return
+        if job.state != JobState.PROVISIONING:
+            return
+        reason = (detail or "waiting in the provider's queue")[:200]
+        where = attempt.provider.name
+        if attempt.queue_reason != reason:
+            Attempt.objects.filter(pk=attempt.pk).update(queue_reason=reason)
+            services.record_event(
+                job=job,
+                attempt=attempt.number,
+                type=JobEventType.PROVIDER_QUEUED,
+                message=f"Queued at {where}: {reason}.",
+                data={"provider": where, "reason": reason},
+                state_changed=True,  # the status shows the reason
+            )
+        timeout = float(attempt.provider.config.get("queue_timeout_s") or 0) or (
+            settings.PROVIDER_QUEUE_TIMEOUT_S
+        )
+        waited = timezone.now() - (attempt.launched_at or attempt.allocated_at)
+        if waited < timedelta(seconds=timeout):
+            return
+        _record_diagnostics(job, attempt, backend)
+        services.record_event(
+            job=job,
+            attempt=attempt.number,
+            type=JobEventType.QUEUE_TIMEOUT,
+            message=f"Queued at {where} for over {timeout:g}s ({reason}): placing it again.",
+            data={"provider": where, "reason": reason},
+        )
+        preemption.preempt(
+            job,
+            attempt,
+            reason=QUEUE_TIMEOUT,
+            message=f"Queued at {where} for too long; it will be placed again.",
+        )
+
+
+def _hardware_allocated(attempt_id: int) -> None:
+    """The provider started a queued attempt: billing starts now."""
+    with transaction.atomic():
+        try:
+            job, attempt = lock_current(attempt_id)
+        except AttemptSuperseded:
+            return
+        if start_billing(job, attempt):
+            services.system_log(
+                job=job,
+                attempt=attempt.number,
+                message=f"{attempt.provider.name} allocated the hardware; billing starts",
+            )
+            services.record_event(
+                job=job,
+                attempt=attempt.number,
+                type=JobEventType.PROVIDER_ALLOCATED,
+                message=f"{attempt.provider.name} started the attempt.",
+                data={"provider": attempt.provider.name, "queued": False},
+                state_changed=True,
+            )
+
+
+def _record_diagnostics(job: Job, attempt: Attempt, backend: Backend) -> None:
+    """The backend's explanation of a stalled or failed launch, as system log lines."""
+    try:
+        lines = backend.diagnostics(attempt.handle)
+    except Exception:  # diagnostics explain a failure; they must never cause one
+        logger.exception("diagnostics of attempt %s failed", attempt.pk)
+        return
+    for line in lines[-DIAGNOSTIC_LINES:]:
+        services.system_log(job=job, attempt=attempt.number, message=f"[{backend.kind}] {line}")
 
 
 def finalize_terminating_without_runner(job_id: int) -> None:
@@ -261,7 +376,10 @@ def finalize_terminating_without_runner(job_id: int) -> None:
 
 
 def _heartbeat_lapsed(attempt: Attempt) -> bool:
-    last = attempt.last_heartbeat_at or attempt.launched_at
+    """No heartbeat for HEARTBEAT_TIMEOUT_S since the last one, or since the attempt got its
+    hardware and was launched (a queued attempt has no runner yet to beat)."""
+    marks = [attempt.last_heartbeat_at, attempt.billing_started_at, attempt.launched_at]
+    last = max((mark for mark in marks if mark is not None), default=None)
     return last is not None and timezone.now() - last > timedelta(
         seconds=settings.HEARTBEAT_TIMEOUT_S
     )

@@ -78,6 +78,8 @@ class LaunchRequest:
     ephemeral_disk_gb: int
     image: str
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The job's runtime limit, for a provider that enforces one itself (Slurm's --time).
+    max_runtime_hours: float | None = None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ def _running(org, *, minutes_ago: float, price_micros_hr: int = 600_000, **overr
         services.job_transition(job_id=job.pk, to=step)
     Attempt.objects.filter(pk=attempt.pk).update(
         allocated_at=timezone.now() - timedelta(minutes=minutes_ago),
+        billing_started_at=timezone.now() - timedelta(minutes=minutes_ago),
         price_micros_hr=price_micros_hr,
     )
     return Job.objects.get(pk=job.pk)
@@ -55,6 +56,7 @@ def test_each_attempt_is_billed_at_its_own_price(org):
         gpu_count=1,
         price_micros_hr=1_200_000,
         allocated_at=timezone.now() - timedelta(minutes=2, seconds=5),
+        billing_started_at=timezone.now() - timedelta(minutes=2, seconds=5),
     )
     assert attempts.bill(Job.objects.get(pk=job.pk)) == 3 * 10_000 + 2 * 20_000
 
@@ -115,6 +117,7 @@ def test_a_workload_that_keeps_ending_at_once_pays_a_minute_for_each_attempt(org
         gpu_count=1,
         price_micros_hr=600_000,
         allocated_at=timezone.now() - timedelta(seconds=20),
+        billing_started_at=timezone.now() - timedelta(seconds=20),
         ended_at=timezone.now() - timedelta(seconds=1),
     )
     assert attempts.bill(Job.objects.get(pk=job.pk)) == 2 * 600_000 // 60

@@ -1,0 +1,123 @@
+"""`manage.py add_provider KIND NAME [options]`: add an SSH host or a Slurm cluster.
+
+The connection is tested first (the host key must match the pinned one, the key must be
+accepted, `sinfo` must answer), and nothing is saved when it fails: the message says what to
+fix. The provider gets one offer per accelerator its backend reports (GPUs found with
+`nvidia-smi -L`, else `--slots` cpu slots) at `--price-usd-hr` per GPU or slot hour.
+
+    manage.py add_provider ssh gpu-box-1 --host 10.0.0.5 --user ops \\
+        --host-key "ssh-ed25519 AAAA..." --private-key-file ~/.ssh/trainyard --price-usd-hr 1.20
+    manage.py add_provider slurm campus --partition gpu --account ml --work-dir /shared/ty \\
+        --price-usd-hr 0.80
+
+`--config '{"key": ...}'` sets any other backend key (docs/adding-a-provider.md lists them).
+The private key is stored encrypted and write-only; it is never printed.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.catalog.services import provider_add
+from apps.core.errors import ApiError
+from apps.core.money import format_usd, usd_to_micros
+
+# Options that become config keys when given: option name -> config key.
+CONFIG_OPTIONS = {
+    "host": "host",
+    "port": "port",
+    "user": "user",
+    "host_key": "host_key",
+    "work_dir": "work_dir",
+    "python": "python",
+    "pythonpath": "pythonpath",
+    "slots": "slots",
+    "accelerator": "accelerator",
+    "partition": "partition",
+    "account": "account",
+    "slurm_conf": "slurm_conf",
+    "login": "login",
+}
+
+
+class Command(BaseCommand):
+    help = "Add an SSH host or a Slurm cluster as a compute provider (tested before it is saved)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("kind", choices=["ssh", "slurm"])
+        parser.add_argument("name", help="the provider's name (a slug)")
+        parser.add_argument("--price-usd-hr", required=True, help="price per GPU or slot hour")
+        parser.add_argument("--host")
+        parser.add_argument("--port", type=int)
+        parser.add_argument("--user")
+        parser.add_argument("--host-key", help="the host's public key, as in known_hosts")
+        parser.add_argument("--private-key-file", help="the SSH private key to log in with")
+        parser.add_argument("--work-dir", help="where attempts' work directories go there")
+        parser.add_argument("--python", help="the interpreter there (default python3)")
+        parser.add_argument("--pythonpath", help="PYTHONPATH for workloads there")
+        parser.add_argument("--slots", type=int, help="capacity when the host has no GPUs")
+        parser.add_argument("--accelerator", help="catalog accelerator name (default cpu)")
+        parser.add_argument("--partition")
+        parser.add_argument("--account")
+        parser.add_argument("--slurm-conf", help="SLURM_CONF for the Slurm commands")
+        parser.add_argument("--login", help="Slurm: an SSH login node (JSON of ssh keys)")
+        parser.add_argument("--config", default="{}", help="more backend keys, as JSON")
+        parser.add_argument("--no-check", action="store_true", help="save without testing")
+
+    def handle(self, *args, kind: str, name: str, **options) -> None:
+        config = _config(options)
+        credentials = {}
+        if options["private_key_file"]:
+            try:
+                credentials["private_key"] = Path(options["private_key_file"]).read_text()
+            except OSError as exc:
+                raise CommandError(f"cannot read --private-key-file: {exc.strerror}") from exc
+        price = _micros(options["price_usd_hr"])
+        try:
+            added = provider_add(
+                name=name,
+                kind=kind,
+                config=config,
+                credentials=credentials,
+                price_micros_hr=price,
+                check=not options["no_check"],
+            )
+        except ApiError as exc:
+            raise CommandError(str(exc.detail)) from exc
+        for line in added.found:
+            self.stdout.write(f"  {line}")
+        for offer in added.offers:
+            self.stdout.write(
+                f"Offer: {offer.accelerator.name} x{offer.capacity} at "
+                f"{format_usd(offer.price_per_gpu_hour_micros)}/h"
+            )
+        self.stdout.write(f"Added {kind} provider {name}.")
+
+
+def _config(options: dict) -> dict:
+    try:
+        config = json.loads(options["config"])
+    except ValueError as exc:
+        raise CommandError(f"--config is not JSON: {exc}") from exc
+    if not isinstance(config, dict):
+        raise CommandError("--config must be a JSON object.")
+    for option, key in CONFIG_OPTIONS.items():
+        value = options.get(option)
+        if value is not None:
+            config[key] = json.loads(value) if option == "login" else value
+    return config
+
+
+def _micros(usd: str) -> int:
+    try:
+        amount = Decimal(usd)
+    except InvalidOperation as exc:
+        raise CommandError(f"--price-usd-hr must be a number of dollars, not {usd!r}.") from exc
+    micros = usd_to_micros(amount) if amount.is_finite() else None
+    if micros is None or micros < 0:
+        raise CommandError("--price-usd-hr must be 0 or more.")
+    return micros
