@@ -36,6 +36,19 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.nodeid.startswith("tests/browser/"))
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test that used the live stack shows the tail of its processes' logs (a 500's
+    traceback is in the web server's), so a failure on CI can be read without a rerun."""
+    report = yield
+    stack = item.funcargs.get("stack") if hasattr(item, "funcargs") else None
+    if report.failed and stack is None and "live_stack" in getattr(item, "funcargs", {}):
+        stack = item.funcargs["live_stack"]
+    if report.failed and isinstance(stack, Stack):
+        report.sections.append(("live stack logs", stack.logs(lines=120)))
+    return report
+
+
 @pytest.fixture
 def org(db):
     return OrganizationFactory(slug="acme", name="Acme")

@@ -37,7 +37,7 @@ def billed_job(org, *, minutes: int, name: str = "train", end: bool = True, **bo
     assert attempt is not None, "no room for the job"
     Attempt.objects.filter(pk=attempt.pk).update(
         allocated_at=timezone.now() - timedelta(minutes=minutes, seconds=5),
-        billing_started_at=timezone.now() - timedelta(minutes=minutes, seconds=5)
+        billing_started_at=timezone.now() - timedelta(minutes=minutes, seconds=5),
     )
     job = bill(job)
     if end:

@@ -45,7 +45,7 @@ def _allocated(job: Job, minutes_ago: float) -> Attempt:
     attempt = dispatch.allocate(job.pk)
     Attempt.objects.filter(pk=attempt.pk).update(
         allocated_at=timezone.now() - timedelta(minutes=minutes_ago),
-        billing_started_at=timezone.now() - timedelta(minutes=minutes_ago)
+        billing_started_at=timezone.now() - timedelta(minutes=minutes_ago),
     )
     return attempt
 
@@ -136,7 +136,7 @@ def test_alert_budgets_notice_each_threshold_once_and_mail_the_admins(
     assert list(BudgetNotice.objects.values_list("threshold", flat=True)) == [50]
     Attempt.objects.filter(pk=attempt.pk).update(
         allocated_at=timezone.now() - timedelta(minutes=8.5),
-        billing_started_at=timezone.now() - timedelta(minutes=8.5)
+        billing_started_at=timezone.now() - timedelta(minutes=8.5),
     )
     with django_capture_on_commit_callbacks(execute=True):
         reconcile()  # $8: 80 %

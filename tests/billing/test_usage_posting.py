@@ -40,7 +40,7 @@ def _allocated(org) -> tuple[Job, Attempt]:
 def _age(attempt: Attempt, minutes: float) -> None:
     Attempt.objects.filter(pk=attempt.pk).update(
         allocated_at=timezone.now() - timedelta(minutes=minutes),
-        billing_started_at=timezone.now() - timedelta(minutes=minutes)
+        billing_started_at=timezone.now() - timedelta(minutes=minutes),
     )
 
 

@@ -224,8 +224,8 @@ class Stack:
         for proc in self.procs.values():
             proc.stop()
 
-    def logs(self) -> str:
-        return "\n\n".join(f"== {p.name}\n{p.tail()}" for p in self.procs.values())
+    def logs(self, lines: int = 40) -> str:
+        return "\n\n".join(f"== {p.name}\n{p.tail(lines)}" for p in self.procs.values())
 
 
 def python_command(code: str) -> list[str]:

@@ -27,7 +27,7 @@ from apps.jobs.execution.placement import lock_offer_with_capacity
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt, Job, JobEvent
 from apps.jobs.states import JobState
-from apps.providers.backends import backend_class, backend_for
+from apps.providers.backends import allocates_at_launch, backend_for
 from apps.providers.backends.base import Bootstrap, LaunchRequest, PermanentBackendError
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def allocate(job_id: int) -> Attempt | None:
                 job_id=job.pk, to=JobState.REQUESTED, message="Placed again after preemption."
             )
         number = job.attempt_count + 1
-        allocates_now = backend_class(offer.provider.kind).ALLOCATES_AT_LAUNCH
+        allocates_now = allocates_at_launch(offer.provider)
         attempt = Attempt.objects.create(
             job=job,
             number=number,

@@ -32,8 +32,8 @@ from apps.jobs.execution.limits import grace_for
 from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt, Job, LogLine
 from apps.jobs.states import JobState
-from apps.providers.backends import backend_class, backend_for
-from apps.providers.backends.base import Backend
+from apps.providers.backends import allocates_at_launch, backend_for
+from apps.providers.backends.base import Backend, RetryableBackendError
 from apps.secrets.selectors import SECRET_ENV_PARAM
 from runner import protocol
 
@@ -248,7 +248,11 @@ def supervise(attempt_id: int) -> None:
     elif preemption.stop_overdue(attempt):
         backend.terminate(attempt.handle, settings.TERMINATE_GRACE_S)
         Attempt.objects.filter(pk=attempt.pk).update(terminate_requested_at=timezone.now())
-    result = backend.poll(attempt.handle)
+    try:
+        result = backend.poll(attempt.handle)
+    except RetryableBackendError:
+        _out_of_reach(job, attempt)
+        raise
     if result.state == "queued":
         if job.state != JobState.TERMINATING:
             _queued(attempt.pk, result.detail, backend)
@@ -278,11 +282,30 @@ def supervise(attempt_id: int) -> None:
     _lost(attempt.pk, result.state, result.detail or "The workload was lost.")
 
 
+def _out_of_reach(job: Job, attempt: Attempt) -> None:
+    """The provider cannot be asked about the attempt (its host is down, say). That alone
+    loses nothing: the runner heartbeats over HTTP. But once the runner too has been silent
+    for HEARTBEAT_TIMEOUT_S, the attempt is given up without the provider: a running job is
+    reclaimed and placed again, a terminating one ends. What is left on the far side cannot
+    be reached either; its release is tried once and logged if it fails."""
+    if attempt.billing_started_at is None or not _heartbeat_lapsed(attempt):
+        return
+    if job.state == JobState.TERMINATING:
+        finalize_terminating_without_runner(job.pk)
+        return
+    _lost(
+        attempt.pk,
+        "unreachable",
+        f"{attempt.provider.name} is out of reach and the runner has been silent for over "
+        f"{settings.HEARTBEAT_TIMEOUT_S:g}s.",
+    )
+
+
 def _may_be_a_reclaim(job: Job, attempt: Attempt) -> bool:
     return (
         attempt.exit_code == protocol.EXIT_SIGTERM
         and job.state != JobState.TERMINATING
-        and not backend_class(attempt.provider.kind).ALLOCATES_AT_LAUNCH
+        and not allocates_at_launch(attempt.provider)
     )
 
 
@@ -378,8 +401,8 @@ def finalize_terminating_without_runner(job_id: int) -> None:
 def _heartbeat_lapsed(attempt: Attempt) -> bool:
     """No heartbeat for HEARTBEAT_TIMEOUT_S since the last one, or since the attempt got its
     hardware and was launched (a queued attempt has no runner yet to beat)."""
-    marks = [attempt.last_heartbeat_at, attempt.billing_started_at, attempt.launched_at]
-    last = max((mark for mark in marks if mark is not None), default=None)
+    marks = [attempt.billing_started_at, attempt.launched_at]
+    last = attempt.last_heartbeat_at or max((m for m in marks if m is not None), default=None)
     return last is not None and timezone.now() - last > timedelta(
         seconds=settings.HEARTBEAT_TIMEOUT_S
     )

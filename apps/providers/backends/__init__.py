@@ -44,11 +44,22 @@ def single_tenant(provider: Provider) -> bool:
     return backend.single_tenant(provider.config or {})
 
 
+def allocates_at_launch(provider: Provider) -> bool:
+    """Whether `provider` holds the hardware from placement on (billing starts then), or
+    queues first (billing starts when the attempt runs). A kind with no backend never
+    launches, so it is never billed past the one minute of its failed attempt either way."""
+    try:
+        return backend_class(provider.kind).ALLOCATES_AT_LAUNCH
+    except PermanentBackendError:
+        return True
+
+
 __all__ = [
     "REGISTRY",
     "Backend",
     "BackendError",
     "PermanentBackendError",
+    "allocates_at_launch",
     "backend_for",
     "single_tenant",
 ]

@@ -39,7 +39,7 @@ def test_an_ended_attempt_is_billed_to_its_end_only(org):
     job = _running(org, minutes_ago=30)
     attempt = Attempt.objects.get(job=job)
     Attempt.objects.filter(pk=attempt.pk).update(
-        ended_at=attempt.allocated_at + timedelta(minutes=5)
+        ended_at=attempt.billing_started_at + timedelta(minutes=5)
     )
     assert attempts.bill(Job.objects.get(pk=job.pk)) == 5 * 600_000 // 60
 
@@ -47,7 +47,9 @@ def test_an_ended_attempt_is_billed_to_its_end_only(org):
 def test_each_attempt_is_billed_at_its_own_price(org):
     job = _running(org, minutes_ago=6)
     first = Attempt.objects.get(job=job)
-    Attempt.objects.filter(pk=first.pk).update(ended_at=first.allocated_at + timedelta(minutes=3))
+    Attempt.objects.filter(pk=first.pk).update(
+        ended_at=first.billing_started_at + timedelta(minutes=3)
+    )
     Job.objects.filter(pk=job.pk).update(attempt_count=2)
     Attempt.objects.create(
         job=job,
@@ -99,7 +101,7 @@ def test_every_attempt_bills_at_least_one_minute_from_its_allocation(org):
     assert attempts.bill(job) == 600_000 // 60  # allocated a moment ago: one minute already
     attempt = Attempt.objects.get(job=job)
     Attempt.objects.filter(pk=attempt.pk).update(
-        ended_at=attempt.allocated_at + timedelta(seconds=2)
+        ended_at=attempt.billing_started_at + timedelta(seconds=2)
     )
     assert attempts.bill(Job.objects.get(pk=job.pk)) == 600_000 // 60
     assert Attempt.objects.get(pk=attempt.pk).billed_minutes == 1
@@ -108,7 +110,9 @@ def test_every_attempt_bills_at_least_one_minute_from_its_allocation(org):
 def test_a_workload_that_keeps_ending_at_once_pays_a_minute_for_each_attempt(org):
     job = _running(org, minutes_ago=0)
     first = Attempt.objects.get(job=job)
-    Attempt.objects.filter(pk=first.pk).update(ended_at=first.allocated_at + timedelta(seconds=5))
+    Attempt.objects.filter(pk=first.pk).update(
+        ended_at=first.billing_started_at + timedelta(seconds=5)
+    )
     Job.objects.filter(pk=job.pk).update(attempt_count=2)
     Attempt.objects.create(
         job=job,

@@ -1,0 +1,54 @@
+"""The runner as one file: the zipapp runs the runner and its host-side tools, its name
+follows its content, and installing it over a transport sends it once."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from io import BytesIO
+
+import pytest
+
+from apps.providers.backends.bundle import bundle_name, install_bundle, runner_bundle
+from apps.providers.backends.transport import LocalTransport
+from runner import protocol
+
+
+def test_the_bundle_holds_the_runner_and_is_the_same_every_build():
+    data = runner_bundle()
+    assert data.startswith(b"#!/usr/bin/env python3\n")
+    names = zipfile.ZipFile(BytesIO(data)).namelist()
+    assert "__main__.py" in names and "runner/agent.py" in names and "runner/protocol.py" in names
+    runner_bundle.cache_clear()
+    assert runner_bundle() == data  # deterministic: the digest names this code
+    assert bundle_name().startswith("runner-") and bundle_name().endswith(".pyz")
+
+
+def test_the_bundle_runs_the_runner_which_refuses_an_empty_environment(tmp_path):
+    path = tmp_path / bundle_name()
+    path.write_bytes(runner_bundle())
+    run = subprocess.run(
+        [sys.executable, str(path)], capture_output=True, text=True, env={}, timeout=30
+    )
+    assert run.returncode == protocol.EXIT_CONFIG
+    assert protocol.ENV_CONTROL_URL in run.stderr + run.stdout
+
+
+def test_install_sends_the_bundle_once_and_atomically(tmp_path):
+    transport = LocalTransport()
+    target = tmp_path / "far" / "side"
+    path = install_bundle(transport, str(target))
+    assert path == str(target / bundle_name())
+    assert (target / bundle_name()).read_bytes() == runner_bundle()
+    before = (target / bundle_name()).stat().st_mtime_ns
+    assert install_bundle(transport, str(target)) == path
+    assert (target / bundle_name()).stat().st_mtime_ns == before  # not sent again
+    assert [p.name for p in target.iterdir()] == [bundle_name()]  # no temporary file left
+
+
+def test_install_into_a_place_it_cannot_write_names_it(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(Exception, match="could not install the runner"):
+        install_bundle(LocalTransport(), str(blocker / "dir"))
