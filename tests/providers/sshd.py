@@ -58,11 +58,11 @@ class Sshd:
             return False
 
     def stop(self) -> None:
-        """Stop the listener and every connection it serves (its session children), as a
-        crashed or rebooted host would: the workloads it started (their own sessions) stay."""
+        """Stop the listener and every connection it serves, as a host whose sshd crashed
+        would: the detached runners started through it (no longer its descendants) stay."""
         if self.process is None:
             return
-        children = _descendants_in_session(self.process.pid)
+        children = _descendants(self.process.pid)
         self.process.send_signal(signal.SIGTERM)
         self.process.wait(timeout=10)
         for pid in children:
@@ -71,10 +71,9 @@ class Sshd:
         self.process = None
 
 
-def _descendants_in_session(root: int) -> list[int]:
-    """The processes below `root` that are still in its session (sshd's per-connection
-    processes and shells), not the detached runners they started (a session of their own)."""
-    session = os.getsid(root)
+def _descendants(root: int) -> list[int]:
+    """The live processes below `root`: sshd's per-connection processes and their shells.
+    A detached runner is not one: its launcher exited, so it was handed to PID 1."""
     parents: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -90,11 +89,8 @@ def _descendants_in_session(root: int) -> list[int]:
         for pid, ppid in parents.items():
             if ppid == parent:
                 frontier.append(pid)
-                try:
-                    if os.getsid(pid) == session and procfs.alive(pid):
-                        found.append(pid)
-                except OSError:
-                    pass
+                if procfs.alive(pid):
+                    found.append(pid)
     return found
 
 
