@@ -87,6 +87,14 @@ def test_the_key_files_are_private_and_the_host_key_pinned_for_its_port(sshd, ss
         assert option in argv
 
 
+def test_the_host_key_may_be_given_as_a_whole_known_hosts_line(sshd, ssh_state, tmp_path):
+    line = f"[127.0.0.1]:{sshd.port} {sshd.host_key} root@somewhere"
+    backend = SshBackend(
+        ssh_config(sshd, tmp_path, host_key=line), {"private_key": sshd.private_key}
+    )
+    assert backend.check()[0].startswith("connected to")
+
+
 def test_a_host_key_that_does_not_match_the_pinned_one_is_refused(sshd, ssh_state, tmp_path):
     _, other_public = keygen(tmp_path / "impostor")
     wrong = " ".join(other_public.split()[:2])
@@ -125,8 +133,13 @@ def test_a_host_that_is_down_is_retryable(sshd, ssh_state, tmp_path):
     backend = SshBackend(
         ssh_config(sshd, tmp_path, port=free_port()), {"private_key": sshd.private_key}
     )
+    handle = {"workdir": str(tmp_path / "nothing"), "host": "the test host"}
     with pytest.raises(RetryableBackendError, match="Connection refused"):
-        backend.poll({"workdir": str(tmp_path / "nothing")})
+        backend.poll(handle)
+    with pytest.raises(RetryableBackendError):
+        backend.terminate(handle, 1)
+    [line] = backend.diagnostics(handle)  # never raises
+    assert line.startswith("could not read the runner's log on the test host")
 
 
 # -- running ---------------------------------------------------------------------------------
