@@ -285,6 +285,9 @@ TRAINYARD_PUBLIC_URL = env_str("TRAINYARD_PUBLIC_URL", WEB_URL)
 TRAINYARD_HF_ENDPOINT = env_str("TRAINYARD_HF_ENDPOINT", "")
 # Where the local provider keeps per-attempt work directories.
 LOCAL_WORK_DIR = Path(env_str("LOCAL_WORK_DIR", str(VAR_DIR / "work")))
+# Where the SSH provider keeps its pinned known_hosts files, private key files (0600, in
+# 0700 directories) and shared-connection sockets.
+SSH_STATE_DIR = Path(env_str("SSH_STATE_DIR", str(VAR_DIR / "ssh")))
 # How the local provider runs an attempt (a provider's config "runtime" overrides it):
 # podman or docker run the job's image; host runs the command on this host (single-tenant);
 # auto picks podman, else docker, when one answers, else host.

@@ -36,6 +36,8 @@ def variant(request, settings, tmp_path):
     image = "local"
     if runtime == "podman":
         image = request.getfixturevalue("podman_image")
+    if kind == "ssh":
+        request.getfixturevalue("ssh_provider")  # this machine's sshd, on loopback
     if runtime:
         Provider.objects.filter(kind=kind).update(config={"runtime": runtime})
     return kind, image
@@ -52,14 +54,16 @@ def _launch(variant, live_server, command: list[str]):
 
 
 def _alive(backend, handle) -> bool:
-    """Whether anything of the attempt still runs: its container, or its process group."""
+    """Whether anything of the attempt still runs: its container, or its process group (an
+    SSH provider's far host is this machine, so its handle's group is one here too)."""
     if "container" in handle:
         return backend.containers.state(handle["container"]).running
     return bool(procfs.group_members(handle["pgid"]))
 
 
 def _kill_hard(backend, handle) -> None:
-    """What a host crash does to the runner: SIGKILL, no chance to write an exit record."""
+    """What a host crash does to the runner: SIGKILL, no chance to write an exit record (on
+    an SSH provider's far host, which is this machine)."""
     if "container" in handle:
         backend.containers.kill(handle["container"])
     else:

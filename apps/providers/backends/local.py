@@ -35,18 +35,13 @@ counts live attempts in the database).
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
 import os
 import pwd
 import shlex
-import signal
 import stat
-import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -68,14 +63,18 @@ from apps.providers.backends.containers import (
     RunSpec,
     container_name,
 )
-from runner import procfs, protocol
+from runner import hostctl, protocol
+from runner.hostctl import TOKEN_FILE
+from runner.hostctl import locked as _locked
+from runner.hostctl import read_handle as _read_handle
+from runner.hostctl import recorded_exit as _recorded_exit
+from runner.hostctl import write_json as _write_json
+from runner.hostctl import write_token as _write_token
 
 RUNTIMES = ("host", "podman", "docker")
 logger = logging.getLogger(__name__)
 
 PASSED_THROUGH_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER")
-# In the attempt's work directory until the runner has read it (it deletes it then).
-TOKEN_FILE = "runner.token"
 
 
 @cache
@@ -199,35 +198,15 @@ class LocalBackend(Backend):
             _chown_tree(workdir, user.pw_uid, user.pw_gid)
             env.update({"HOME": str(workdir), "USER": user.pw_name})
             identity = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+        markers = [
+            f"{protocol.ENV_JOB_ID}={bootstrap.job_id}",
+            f"{protocol.ENV_ATTEMPT}={bootstrap.attempt}",
+        ]
         try:
-            with open(workdir / "runner.log", "ab") as log:
-                process = subprocess.Popen(
-                    [python, "-m", "runner"],
-                    cwd=workdir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                    **identity,
-                )
+            return hostctl.spawn_runner([python, "-m", "runner"], workdir, env, markers, identity)
         except OSError as exc:
             token_file.unlink(missing_ok=True)  # no runner will read it
             raise PermanentBackendError(f"could not start the runner: {exc}") from exc
-        info = procfs.stat(process.pid)
-        return {
-            "pid": process.pid,
-            "pgid": process.pid,
-            "start_ticks": info.start_ticks if info else None,
-            "workdir": str(workdir),
-            # What only this attempt's workload carries: it tells its processes apart once
-            # the runner (the group's leader) is gone.
-            "markers": [
-                f"{protocol.ENV_JOB_ID}={bootstrap.job_id}",
-                f"{protocol.ENV_ATTEMPT}={bootstrap.attempt}",
-            ],
-        }
 
     def _run_as(self, python: str) -> pwd.struct_passwd | None:
         """The unprivileged user a host-runtime runner runs as when we are root: `run_as`
@@ -253,12 +232,7 @@ class LocalBackend(Backend):
     def poll(self, handle: Handle) -> PollResult:
         if "container" in handle:
             return self._poll_container(handle)
-        if procfs.alive(handle["pid"], handle.get("start_ticks")):
-            return PollResult("running")
-        exit_code = _recorded_exit(Path(handle["workdir"]))
-        if exit_code is None:
-            return PollResult("lost", detail="the runner is gone and left no exit record")
-        return PollResult("exited", exit_code=exit_code)
+        return PollResult(**hostctl.state_of(handle))
 
     def _poll_container(self, handle: Handle) -> PollResult:
         state = self.containers.state(handle["container"])
@@ -280,17 +254,7 @@ class LocalBackend(Backend):
         if "container" in handle:
             self.containers.stop_detached(handle["container"], grace_s)
             return
-        group = _group(handle)
-        if not procfs.group_members(group[0]) or not procfs.group_targets(*group):
-            return  # gone, or the number is another group's now
-        subprocess.Popen(
-            procfs.reaper_argv(sys.executable, *group, grace_s),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        )
+        hostctl.start_reaper(sys.executable, handle, grace_s)
 
     def release(self, handle: Handle) -> None:
         """Nothing outlives an attempt: its container is removed, or whatever is left of its
@@ -299,7 +263,7 @@ class LocalBackend(Backend):
         if "container" in handle:
             self.containers.remove(handle["container"])
         else:
-            procfs.signal_group(*_group(handle), signal.SIGKILL)
+            hostctl.kill_leftovers(handle)
         workdir = Path(handle["workdir"])
         # A runner that never ran left its token behind.
         (workdir / TOKEN_FILE).unlink(missing_ok=True)
@@ -309,24 +273,6 @@ class LocalBackend(Backend):
 
     def offers(self) -> list[OfferInfo]:
         return [OfferInfo(accelerator="cpu", gpu_counts=[1], capacity=os.cpu_count() or 1)]
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _recorded_exit(workdir: Path) -> int | None:
-    """The exit code the runner wrote to `exit.json`, or None."""
-    try:
-        return int(json.loads((workdir / "exit.json").read_text())["exit_code"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def _cli_env() -> dict[str, str]:
@@ -354,38 +300,3 @@ def _chown_tree(root: Path, uid: int, gid: int) -> None:
     for path in (root, *root.rglob("*")):
         with suppress(FileNotFoundError):
             os.chown(path, uid, gid, follow_symlinks=False)
-
-
-def _group(handle: Handle) -> tuple[int, int, int | None, list[str]]:
-    """A host handle's process group as `procfs.group_targets` takes it: pgid, the leader's
-    pid and start time, and the markers of the attempt's workload (none in old handles)."""
-    return (
-        int(handle["pgid"]),
-        int(handle["pid"]),
-        handle.get("start_ticks"),
-        list(handle.get("markers") or []),
-    )
-
-
-def _write_token(workdir: Path, token: str) -> Path:
-    """Write the runner token to a file of the work directory only its owner may read, and
-    return its path. A file left by an earlier try is replaced."""
-    path = workdir / TOKEN_FILE
-    path.unlink(missing_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(token)
-    return path
-
-
-def _read_handle(workdir: Path) -> Handle | None:
-    try:
-        return json.loads((workdir / "handle.json").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write_json(path: Path, data: dict) -> None:
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(data))
-    os.replace(temporary, path)

@@ -86,7 +86,7 @@ def test_a_ceiling_under_the_price_now_waits_for_the_price_to_fall(org):
 
 
 def test_a_provider_without_a_backend_fails_the_job_launch_failed(org):
-    _offer("elsewhere", price=1, kind="ssh")
+    _offer("elsewhere", price=1, kind="kubernetes")
     job = make_job(org)
     dispatch.dispatch(job.pk)
     job.refresh_from_db()

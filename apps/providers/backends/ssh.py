@@ -1,0 +1,262 @@
+"""The SSH provider: runs each attempt as a detached runner on one far host, reached with the
+system `ssh` client (`ssh_transport.SshTransport`).
+
+Config keys (the Provider's `config`; never secrets):
+- `host`, `port` (default 22), `user`: where to connect and as whom.
+- `host_key`: the host's pinned known_hosts key (`ssh-ed25519 AAAA...`); a host that shows
+  another key is refused, and no new key is ever accepted by itself.
+- `work_dir`: the far host's directory for Trainyard (default `~/.trainyard/work`, resolved
+  to an absolute path on the host): the runner bundle in `bin/`, and one work directory per
+  attempt, `<work_dir>/<job id>/attempt-<n>`.
+- `python`: the far host's interpreter for the runner and its tools (default `python3`).
+- `pythonpath`: optional PYTHONPATH for workloads (a checkout holding `trainer/`, say).
+- `slots`: the capacity offered when the host has no GPUs (default 1).
+- `accelerator`: the accelerator name offered (default `cpu`).
+- `runtime`: only `host` for now (the workload runs as the SSH user, on the host itself; the
+  job's image is not used). Workloads on one host can see each other, so the provider is
+  single-tenant (one organization at a time) unless config `multi_tenant` is true.
+
+Credentials (write-only, `Provider.set_credentials`): `private_key`, an OpenSSH private key
+without a passphrase that the host's `user` accepts.
+
+What runs there: `launch` installs the runner as one zipapp (`bundle.install_bundle`, sent
+once per version) and runs its `hostctl launch` (`runner.hostctl`): under a flock on the
+attempt's work directory it starts one detached runner (new session, all descriptors
+redirected, so the SSH channel closes at once) or, when one was launched, answers its
+handle. The token goes over the SSH channel's stdin into a 0600 file the runner reads and
+deletes; it is in no argv and no environment. `poll`, `terminate`, `release` and
+`diagnostics` are `hostctl` ops on the attempt's work directory.
+
+A failed connection raises RetryableBackendError from every call, `poll` included: a host
+that cannot be reached is never by itself a `lost` attempt (the runner heartbeats over
+HTTP, and the control plane decides on that).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import subprocess
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from django.conf import settings
+
+from apps.providers.backends.base import (
+    Backend,
+    BackendError,
+    Bootstrap,
+    Handle,
+    LaunchRequest,
+    OfferInfo,
+    PermanentBackendError,
+    PollResult,
+    RetryableBackendError,
+)
+from apps.providers.backends.bundle import bundle_name, install_bundle
+from apps.providers.backends.ssh_transport import SshTransport
+from runner import protocol
+
+DEFAULT_WORK_DIR = "~/.trainyard/work"
+RUNTIMES = ("host",)
+# The far host's own values of these reach the runner (its login's HOME, not ours).
+INHERITED_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
+NO_PYTHON = 127  # the shell's status when the interpreter is not found
+
+# Per process: the far hosts' resolved work directories and installed bundles.
+_resolved: dict[tuple[str, str], str] = {}
+_installed: dict[tuple[str, str], str] = {}
+_cache_lock = threading.Lock()
+
+
+class SshBackend(Backend):
+    kind = "ssh"
+
+    @classmethod
+    def single_tenant(cls, config: dict[str, Any]) -> bool:
+        """True unless the operator opted in with `multi_tenant`: workloads on one host run
+        as one user and can see each other."""
+        return not config.get("multi_tenant", False)
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    @property
+    def transport(self) -> SshTransport:
+        if not hasattr(self, "_transport"):
+            runtime = self.config.get("runtime") or "host"
+            if runtime not in RUNTIMES:
+                raise PermanentBackendError(
+                    f"The SSH provider runs runtime 'host' only, not {runtime!r}."
+                )
+            self._transport = SshTransport(
+                host=str(self.config.get("host") or ""),
+                port=int(self.config.get("port") or 22),
+                user=str(self.config.get("user") or ""),
+                host_key=str(self.config.get("host_key") or ""),
+                private_key=self.credentials.get("private_key", ""),
+                state_dir=settings.SSH_STATE_DIR,
+            )
+        return self._transport
+
+    @property
+    def python(self) -> str:
+        return str(self.config.get("python") or "python3")
+
+    def work_root(self) -> str:
+        """The far host's work directory, absolute (`~` resolved there, once per process)."""
+        configured = str(self.config.get("work_dir") or DEFAULT_WORK_DIR)
+        if configured.startswith("/"):
+            return posixpath.normpath(configured)
+        key = (self.transport.digest, configured)
+        if key not in _resolved:
+            done = self.transport.run(["sh", "-c", 'printf %s "$HOME"'], timeout=30)
+            home = done.stdout.decode(errors="replace").strip()
+            if done.returncode != 0 or not home.startswith("/"):
+                raise PermanentBackendError(
+                    f"cannot find the home directory of {self.transport.describe()} to place "
+                    f"work_dir {configured!r}: set config work_dir to an absolute path"
+                )
+            relative = configured[1:].lstrip("/") if configured.startswith("~") else configured
+            with _cache_lock:
+                _resolved[key] = posixpath.normpath(posixpath.join(home, relative))
+        return _resolved[key]
+
+    def bundle(self) -> str:
+        """The runner bundle's path on the far host, installed there when missing."""
+        root = self.work_root()
+        key = (self.transport.digest, root)
+        path = _installed.get(key)
+        if path is None or not path.endswith(bundle_name()):
+            path = install_bundle(self.transport, posixpath.join(root, "bin"))
+            with _cache_lock:
+                _installed[key] = path
+        return path
+
+    def workdir(self, job_id: str, attempt: int) -> str:
+        return posixpath.join(self.work_root(), job_id, f"attempt-{attempt}")
+
+    def hostctl(
+        self,
+        op: str,
+        *args: str,
+        input: bytes | None = None,
+        failure: type[BackendError] = RetryableBackendError,
+        timeout: float = 60,
+    ) -> dict[str, Any]:
+        """Run `hostctl OP ARGS` on the far host and return its JSON answer. A status other
+        than 0 raises `failure` (a bundle that vanished there is sent again, once)."""
+        for retry in (False, True):
+            bundle = self.bundle()
+            done = self.transport.run(
+                [self.python, bundle, "hostctl", op, *args], input=input, timeout=timeout
+            )
+            if done.returncode == 0:
+                break
+            if not retry and b"can't open file" in done.stderr:
+                with _cache_lock:
+                    _installed.pop((self.transport.digest, self.work_root()), None)
+                continue
+            raise self._failed(op, done, failure)
+        try:
+            return json.loads(done.stdout)
+        except ValueError as exc:
+            raise failure(
+                f"hostctl {op} on {self.transport.describe()} answered no JSON: "
+                f"{done.stdout[:200]!r}"
+            ) from exc
+
+    def _failed(
+        self, op: str, done: subprocess.CompletedProcess[bytes], failure: type[BackendError]
+    ) -> BackendError:
+        error = done.stderr.decode(errors="replace").strip() or f"exit status {done.returncode}"
+        if done.returncode == NO_PYTHON:
+            return PermanentBackendError(
+                f"{self.transport.describe()} has no {self.python} ({error}): install Python 3 "
+                "there or set the provider's config `python` to its interpreter"
+            )
+        return failure(f"hostctl {op} on {self.transport.describe()} failed: {error}")
+
+    # -- the Backend interface -------------------------------------------------------------
+
+    def launch(self, request: LaunchRequest, bootstrap: Bootstrap) -> Handle:
+        workdir = self.workdir(request.job_id, request.attempt)
+        bundle = self.bundle()
+        payload = {
+            "token": bootstrap.token,
+            "env": self._runner_env(workdir, bootstrap),
+            "inherit": list(INHERITED_ENV),
+            "python": self.python,
+            "bundle": bundle,
+            "markers": [
+                f"{protocol.ENV_JOB_ID}={bootstrap.job_id}",
+                f"{protocol.ENV_ATTEMPT}={bootstrap.attempt}",
+            ],
+        }
+        handle = self.hostctl(
+            "launch", workdir, input=json.dumps(payload).encode(), failure=PermanentBackendError
+        )
+        return {**handle, "host": self.transport.describe()}
+
+    def _runner_env(self, workdir: str, bootstrap: Bootstrap) -> dict[str, str]:
+        """The runner's environment, from scratch: nothing of the control plane's own."""
+        path = ["/usr/local/bin", "/usr/bin", "/bin"]
+        if self.python.startswith("/"):
+            path.insert(0, posixpath.dirname(self.python))
+        env = {
+            "PATH": ":".join(path),
+            "PYTHONUNBUFFERED": "1",
+            protocol.ENV_CONTROL_URL: bootstrap.control_url,
+            protocol.ENV_JOB_ID: bootstrap.job_id,
+            protocol.ENV_WORKDIR: workdir,
+        }
+        if self.config.get("pythonpath"):
+            env["PYTHONPATH"] = str(self.config["pythonpath"])
+        return env
+
+    def poll(self, handle: Handle) -> PollResult:
+        """Raises RetryableBackendError when the host cannot be asked: never `lost` for that."""
+        answer = self.hostctl("poll", handle["workdir"], timeout=30)
+        return PollResult(
+            state=answer["state"],
+            exit_code=answer.get("exit_code"),
+            detail=answer.get("detail", ""),
+        )
+
+    def terminate(self, handle: Handle, grace_s: float) -> None:
+        self.hostctl("terminate", handle["workdir"], str(grace_s), timeout=30)
+
+    def release(self, handle: Handle) -> None:
+        self.hostctl("release", handle["workdir"], timeout=30)
+
+    def diagnostics(self, handle: Handle) -> list[str]:
+        try:
+            lines: Sequence[str] = self.hostctl("diagnostics", handle["workdir"])["lines"]
+        except BackendError as exc:
+            return [f"could not read the runner's log on {handle.get('host', 'the host')}: {exc}"]
+        return [str(line) for line in lines]
+
+    def offers(self) -> list[OfferInfo]:
+        gpus = int(self.hostctl("capacity").get("gpus") or 0)
+        accelerator = str(self.config.get("accelerator") or "cpu")
+        if gpus > 0:
+            return [OfferInfo(accelerator, list(range(1, gpus + 1)), capacity=gpus)]
+        slots = int(self.config.get("slots") or 1)
+        return [OfferInfo(accelerator, [1], capacity=slots)]
+
+    def check(self) -> list[str]:
+        """Connect, run the configured interpreter's `--version`; PermanentBackendError on
+        a host key that does not match, a refused key or no Python there."""
+        try:
+            done = self.transport.run([self.python, "--version"], timeout=30)
+        except RetryableBackendError as exc:
+            raise PermanentBackendError(f"cannot reach {self.transport.describe()}: {exc}") from exc
+        version = (done.stdout or done.stderr).decode(errors="replace").strip()
+        if done.returncode != 0 or not version.startswith("Python 3"):
+            raise PermanentBackendError(
+                f"{self.transport.describe()} has no usable {self.python} "
+                f"({version or f'exit status {done.returncode}'}): install Python 3 there or "
+                "set the provider's config `python`"
+            )
+        lines = [f"connected to {self.transport.describe()}", f"{self.python}: {version}"]
+        return lines + super().check()

@@ -1,0 +1,240 @@
+"""The SSH provider against a real sshd on loopback (the far host is this machine): racing
+launches start one runner, a wrong host key or a refused private key is a permanent error
+that says so, a host that goes away mid-run is never a lost workload, and the runner token
+is in no argv, environment or log."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from apps.jobs.models import Attempt
+from apps.providers.backends import backend_for
+from apps.providers.backends.base import (
+    OfferInfo,
+    PermanentBackendError,
+    RetryableBackendError,
+)
+from apps.providers.backends.ssh import SshBackend
+from runner import procfs
+from tests.factories import OrganizationFactory
+from tests.live import free_port, wait_until
+from tests.providers.conftest import ssh_config
+from tests.providers.helpers import launch_args
+from tests.providers.sshd import keygen
+
+
+def _launch_args(live_server, command: list[str]):
+    org = OrganizationFactory(compute_enabled=True)
+    backend, request, bootstrap, attempt = launch_args(
+        org, image="local", control_url=live_server.url, command=command
+    )
+    assert attempt.provider.kind == "ssh"
+    return backend, request, bootstrap, attempt
+
+
+def _started(request) -> bool:
+    return Attempt.objects.filter(job__public_id=request.job_id, started_at__isnull=False).exists()
+
+
+def _runners_of(job_id: str) -> list[int]:
+    """The runner processes (the bundle run by the far host's python) of a job, here."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        args = [arg for arg in argv if arg]
+        runner = len(args) == 2 and args[1].endswith(b".pyz")
+        if runner and procfs.environ_has(int(entry), [f"TRAINYARD_JOB_ID={job_id}"]):
+            found.append(int(entry))
+    return found
+
+
+# -- connecting ------------------------------------------------------------------------------
+
+
+def test_check_connects_and_reports_the_far_python(sshd, ssh_state, tmp_path):
+    backend = SshBackend(ssh_config(sshd, tmp_path), {"private_key": sshd.private_key})
+    began = time.monotonic()
+    lines = backend.check()
+    # The first call opens the shared connection; ssh's background master must not hold
+    # the call's output pipes open until it ends.
+    assert time.monotonic() - began < 10
+    assert lines[0] == f"connected to {sshd.user}@127.0.0.1:{sshd.port}"
+    assert lines[1].startswith("/usr/bin/python3: Python 3.")
+    assert backend.offers() == [OfferInfo("cpu", [1], capacity=2)]  # no GPUs here: slots
+
+
+def test_the_key_files_are_private_and_the_host_key_pinned_for_its_port(sshd, ssh_state, tmp_path):
+    backend = SshBackend(ssh_config(sshd, tmp_path), {"private_key": sshd.private_key})
+    backend.check()
+    home = Path(ssh_state) / backend.transport.digest
+    assert (home / "known_hosts").read_text() == f"[127.0.0.1]:{sshd.port} {sshd.host_key}\n"
+    assert (home / "id").stat().st_mode & 0o777 == 0o600
+    assert home.stat().st_mode & 0o777 == 0o700
+    argv = backend.transport.ssh_argv("true")
+    assert argv[:3] == ["ssh", "-F", "/dev/null"]
+    for option in ("BatchMode=yes", "StrictHostKeyChecking=yes", "IdentitiesOnly=yes"):
+        assert option in argv
+
+
+def test_the_host_key_may_be_given_as_a_whole_known_hosts_line(sshd, ssh_state, tmp_path):
+    line = f"[127.0.0.1]:{sshd.port} {sshd.host_key} root@somewhere"
+    backend = SshBackend(
+        ssh_config(sshd, tmp_path, host_key=line), {"private_key": sshd.private_key}
+    )
+    assert backend.check()[0].startswith("connected to")
+
+
+def test_a_host_key_that_does_not_match_the_pinned_one_is_refused(sshd, ssh_state, tmp_path):
+    _, other_public = keygen(tmp_path / "impostor")
+    wrong = " ".join(other_public.split()[:2])
+    backend = SshBackend(
+        ssh_config(sshd, tmp_path, host_key=wrong), {"private_key": sshd.private_key}
+    )
+    with pytest.raises(PermanentBackendError, match="does not match the pinned host key") as err:
+        backend.check()
+    assert "127.0.0.1" in str(err.value)
+    assert "update `host_key`" in str(err.value)
+    with pytest.raises(PermanentBackendError, match="does not match"):
+        backend.transport.run(["true"])
+    # Nothing was learnt: the pinned key is still the only one.
+    home = Path(ssh_state) / backend.transport.digest
+    assert (home / "known_hosts").read_text().split()[1:] == wrong.split()
+
+
+def test_a_private_key_the_host_refuses_is_permission_denied(sshd, ssh_state, tmp_path):
+    stranger, _ = keygen(tmp_path / "stranger")
+    backend = SshBackend(ssh_config(sshd, tmp_path), {"private_key": stranger})
+    with pytest.raises(PermanentBackendError, match="permission denied") as err:
+        backend.check()
+    assert "authorized_keys" in str(err.value)
+
+
+def test_no_python_there_is_permanent(sshd, ssh_state, tmp_path):
+    backend = SshBackend(
+        ssh_config(sshd, tmp_path, python="/nonexistent/python3"),
+        {"private_key": sshd.private_key},
+    )
+    with pytest.raises(PermanentBackendError, match="no usable /nonexistent/python3"):
+        backend.check()
+
+
+def test_a_host_that_is_down_is_retryable(sshd, ssh_state, tmp_path):
+    backend = SshBackend(
+        ssh_config(sshd, tmp_path, port=free_port()), {"private_key": sshd.private_key}
+    )
+    handle = {"workdir": str(tmp_path / "nothing"), "host": "the test host"}
+    with pytest.raises(RetryableBackendError, match="Connection refused"):
+        backend.poll(handle)
+    with pytest.raises(RetryableBackendError):
+        backend.terminate(handle, 1)
+    [line] = backend.diagnostics(handle)  # never raises
+    assert line.startswith("could not read the runner's log on the test host")
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_four_racing_launches_start_one_runner(ssh_provider, sshd, live_server):
+    backend, request, bootstrap, attempt = _launch_args(live_server, ["sleep", "30"])
+    # Four workers, four backends and four ssh connections.
+    backends = [backend_for(attempt.provider) for _ in range(4)]
+    handles: list[dict] = []
+    errors: list[BaseException] = []
+    gate = threading.Barrier(4)
+
+    def launch(one):
+        gate.wait()
+        try:
+            handles.append(one.launch(request, bootstrap))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=launch, args=(one,)) for one in backends]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    try:
+        assert len(handles) == 4 and all(handle == handles[0] for handle in handles)
+        handle = handles[0]
+        assert handle["host"] == f"{sshd.user}@127.0.0.1:{sshd.port}"
+        wait_until(lambda: _started(request), 30, what="the runner's started report")
+        assert _runners_of(request.job_id) == [handle["pid"]]
+        assert backend.poll(handle).state == "running"
+    finally:
+        for handle in handles[:1]:
+            backend.release(handle)
+    wait_until(lambda: not procfs.group_members(handles[0]["pgid"]), 10, what="the runner gone")
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_workload_outlives_its_host_sshd_and_is_never_lost(ssh_provider, sshd, live_server):
+    backend, request, bootstrap, attempt = _launch_args(
+        live_server, ["bash", "-c", "sleep 4; echo done"]
+    )
+    handle = backend.launch(request, bootstrap)
+    try:
+        wait_until(lambda: _started(request), 30, what="the runner's started report")
+        sshd.stop()  # the listener and every connection it served, the shared one included
+        try:
+            assert procfs.alive(handle["pid"], handle["start_ticks"])
+            while procfs.alive(handle["pid"], handle["start_ticks"]):
+                with pytest.raises(RetryableBackendError):
+                    backend.poll(handle)  # never `lost` while the host cannot be asked
+                time.sleep(0.5)
+        finally:
+            sshd.start()
+        result = backend.poll(handle)
+        assert (result.state, result.exit_code) == ("exited", 0)
+    finally:
+        backend.release(handle)
+    attempt.refresh_from_db()
+    assert attempt.exit_code == 0  # the runner reported its exit over HTTP meanwhile
+    lines = list(attempt.job.log_lines.filter(source="user").values_list("message", flat=True))
+    assert lines == ["done"]
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_the_token_is_in_no_argv_environment_or_log(ssh_provider, live_server):
+    backend, request, bootstrap, _attempt = _launch_args(live_server, ["sleep", "30"])
+    token = bootstrap.token
+    handle = backend.launch(request, bootstrap)
+    try:
+        wait_until(lambda: _started(request), 30, what="the runner's started report")
+        workdir = Path(handle["workdir"])
+        ps = subprocess.run(["ps", "-wweo", "args"], capture_output=True, text=True, check=True)
+        runner_argv = " ".join(Path(f"/proc/{handle['pid']}/cmdline").read_text().split("\0"))
+        assert runner_argv.strip() in ps.stdout  # the runner's whole command line is listed
+        assert token not in ps.stdout
+        members = procfs.group_members(handle["pgid"])
+        assert handle["pid"] in members and len(members) == 2
+        for pid in members:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            assert token.encode() not in environ
+            assert b"TRAINYARD_RUNNER_TOKEN=" not in environ
+        runner_env = Path(f"/proc/{handle['pid']}/environ").read_bytes().split(b"\0")
+        assert f"TRAINYARD_RUNNER_TOKEN_FILE={workdir / 'runner.token'}".encode() in runner_env
+        assert not (workdir / "runner.token").exists()  # read and deleted by the runner
+        for name in ("runner.log", "handle.json"):
+            assert token not in (workdir / name).read_text()
+        assert token not in str(handle)
+        log = (workdir / "runner.log").read_text().splitlines()
+        assert backend.diagnostics(handle) == log[-20:]
+    finally:
+        backend.release(handle)
