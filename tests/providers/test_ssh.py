@@ -9,10 +9,14 @@ import os
 import subprocess
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
+from apps.jobs import services
+from apps.jobs.execution import supervision
 from apps.jobs.models import Attempt
 from apps.providers.backends import backend_for
 from apps.providers.backends.base import (
@@ -236,5 +240,42 @@ def test_the_token_is_in_no_argv_environment_or_log(ssh_provider, live_server):
         assert token not in str(handle)
         log = (workdir / "runner.log").read_text().splitlines()
         assert backend.diagnostics(handle) == log[-20:]
+    finally:
+        backend.release(handle)
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_host_out_of_reach_loses_the_attempt_only_once_its_runner_is_silent_too(
+    ssh_provider, sshd, live_server, settings
+):
+    backend, request, bootstrap, attempt = _launch_args(live_server, ["sleep", "60"])
+    services.job_transition(job_id=attempt.job_id, to="provisioning")
+    handle = backend.launch(request, bootstrap)
+    Attempt.objects.filter(pk=attempt.pk).update(handle=handle, launched_at=timezone.now())
+    try:
+        wait_until(lambda: _started(request), 30, what="the runner's started report")
+        sshd.stop()
+        try:
+            # Out of reach, but the runner still beats over HTTP: nothing is decided.
+            with pytest.raises(RetryableBackendError):
+                supervision.supervise(attempt.pk)
+            attempt.refresh_from_db()
+            assert (attempt.ended_at, attempt.job.state) == (None, "running")
+
+            # The host is gone for good: no heartbeat for longer than the timeout.
+            os.killpg(handle["pgid"], 9)
+            silent_since = timezone.now() - timedelta(seconds=settings.HEARTBEAT_TIMEOUT_S + 1)
+            Attempt.objects.filter(pk=attempt.pk).update(last_heartbeat_at=silent_since)
+            with pytest.raises(RetryableBackendError):
+                supervision.supervise(attempt.pk)
+        finally:
+            sshd.start()
+        attempt.refresh_from_db()
+        job = attempt.job
+        assert attempt.end_reason == "reclaimed"
+        assert (job.state, job.reason) in {("preempted", "reclaimed"), ("requested", "reclaimed")}
+        lost = job.events.get(type="workload_lost")
+        assert "out of reach" in lost.message
     finally:
         backend.release(handle)

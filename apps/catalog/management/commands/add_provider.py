@@ -34,7 +34,7 @@ CONFIG_OPTIONS = {
     "host_key": "host_key",
     "work_dir": "work_dir",
     "python": "python",
-    "pythonpath": "pythonpath",
+    "workload_pythonpath": "pythonpath",
     "slots": "slots",
     "accelerator": "accelerator",
     "partition": "partition",
@@ -58,7 +58,9 @@ class Command(BaseCommand):
         parser.add_argument("--private-key-file", help="the SSH private key to log in with")
         parser.add_argument("--work-dir", help="where attempts' work directories go there")
         parser.add_argument("--python", help="the interpreter there (default python3)")
-        parser.add_argument("--pythonpath", help="PYTHONPATH for workloads there")
+        parser.add_argument(
+            "--workload-pythonpath", help="PYTHONPATH for workloads there (config pythonpath)"
+        )
         parser.add_argument("--slots", type=int, help="capacity when the host has no GPUs")
         parser.add_argument("--accelerator", help="catalog accelerator name (default cpu)")
         parser.add_argument("--partition")
