@@ -49,7 +49,7 @@ def test_an_ssh_host_that_answers_is_added_with_an_offer_at_the_price(
 
 def test_a_host_key_that_does_not_match_is_refused_and_nothing_saved(sshd, ssh_state, tmp_path):
     _, other_public = keygen(tmp_path / "other-host-key")
-    with pytest.raises(CommandError, match="(?i)host key"):
+    with pytest.raises(CommandError, match=r"(?i)host key"):
         call_command(
             "add_provider", "ssh", "box-2", *_ssh_args(sshd, tmp_path, host_key=other_public)
         )
@@ -61,7 +61,7 @@ def test_a_key_the_host_refuses_is_permission_denied_and_nothing_saved(sshd, ssh
     stranger, _ = keygen(tmp_path / "stranger")
     key_file = tmp_path / "stranger-key"
     key_file.write_text(stranger)
-    with pytest.raises(CommandError, match="(?i)permission denied"):
+    with pytest.raises(CommandError, match=r"(?i)permission denied"):
         call_command("add_provider", "ssh", "box-3", *_ssh_args(sshd, tmp_path, key_file=key_file))
     assert not Provider.objects.filter(name="box-3").exists()
 
