@@ -71,9 +71,11 @@ def production_stack(name: str, redis_url: str, workdir: Path):
 def stop_runners() -> None:
     """Stop every runner the worker started (their own process groups outlive the worker)."""
     from apps.jobs.models import Attempt
-    from apps.providers.backends import procfs
+    from runner import procfs
 
     for handle in Attempt.objects.exclude(handle={}).values_list("handle", flat=True):
+        if "pid" not in handle or "pgid" not in handle:
+            continue  # a container, or a Slurm job: its backend's release ended it
         if procfs.alive(handle["pid"], handle.get("start_ticks")):
             with suppress(ProcessLookupError):
                 os.killpg(handle["pgid"], signal.SIGKILL)

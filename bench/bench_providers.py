@@ -1,0 +1,248 @@
+"""Providers side by side: submit → running through `ssh` and `slurm` against `local`, and
+what one `poll` of a live attempt costs on each (reconcile polls every live attempt once a
+pass, so this is the pass's cost per attempt).
+
+- A real sshd on loopback (the far host is this machine) and a real single-node Slurm
+  cluster (munged, slurmctld, slurmd) are started for the run, from the same code the tests
+  use (`tests.providers.sshd`, `tests.providers.slurm_cluster`), and stopped at the end.
+- Each provider gets an accelerator of its own (`bench-local`, `bench-ssh`,
+  `bench-slurm`), so a job names where it runs. The local provider runs the host runtime.
+- Dispatch: `BENCH_PROVIDERS_JOBS` jobs (default 5) of `sleep 1` per provider, interleaved
+  (local, ssh, slurm, local, ...), one at a time, each timed from the POST's answer to the
+  first GET that shows `running` (polling every 20 ms). One warm-up job per provider is not
+  counted (it installs the runner bundle on the far side and opens the SSH connection).
+- Poll: three `sleep 60` jobs per provider are started; then each live attempt is polled
+  `POLLS` times through its backend, here, and the median of each provider is printed.
+
+The stack (web, worker, beat) runs with production timings. Its own database
+(`trainyard_bench_providers`) and Redis database (`BENCH_PROVIDERS_REDIS_URL`, default 13).
+Needs openssh-server, slurmctld, slurmd, slurm-client and munge (`.ci/run` installs them).
+
+    .venv/bin/python bench/bench_providers.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from contextlib import ExitStack, suppress
+from pathlib import Path
+
+from live_stack import TERMINAL, production_stack, setup_django, stop_runners
+
+BENCH_DB = "trainyard_bench_providers"
+REDIS_URL = os.environ.get("BENCH_PROVIDERS_REDIS_URL", "redis://127.0.0.1:6379/13")
+JOBS = int(os.environ.get("BENCH_PROVIDERS_JOBS", 5))
+LIVE_PER_PROVIDER = 3
+POLLS = 10
+POLL_S = 0.02
+KINDS = ("local", "ssh", "slurm")
+PRICE_MICROS = 100_000
+
+
+class Api:
+    def __init__(self, base: str, key: str) -> None:
+        import requests
+
+        self.base = f"{base}/api/v1/compute/jobs"
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+
+    def submit(self, accelerator: str, seconds: int) -> str:
+        body = {
+            "name": f"bench-{accelerator}",
+            "compute": {"accelerator": accelerator, "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": {"image": "local", "command": ["sleep", str(seconds)]},
+        }
+        response = self.session.post(
+            self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=10
+        )
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    def state(self, job_id: str) -> str:
+        response = self.session.get(f"{self.base}/{job_id}", timeout=10)
+        assert response.status_code == 200, response.text
+        return response.json()["state"]
+
+    def terminate(self, job_id: str) -> None:
+        self.session.post(f"{self.base}/{job_id}/terminate", timeout=10)
+
+    def wait(self, job_id: str, states: set[str], timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while (state := self.state(job_id)) not in states:
+            assert time.monotonic() < deadline, f"{job_id} still {state} after {timeout:g} s"
+            time.sleep(0.05)
+        return state
+
+
+def submit_to_running(api: Api, accelerator: str) -> float:
+    """Seconds from the POST's answer to a GET showing `running`; returns once it ended."""
+    job_id = api.submit(accelerator, 1)
+    start = time.perf_counter()
+    while (state := api.state(job_id)) != "running":
+        assert state not in TERMINAL, f"{job_id} ended {state} before it was seen running"
+        assert time.perf_counter() - start < 120, f"{job_id} still {state} after 120 s"
+        time.sleep(POLL_S)
+    took = time.perf_counter() - start
+    assert api.wait(job_id, TERMINAL) == "succeeded", f"{job_id} did not succeed"
+    return took
+
+
+def add_providers(sshd, cluster, root: Path) -> None:
+    """One provider of each kind, each with a `bench-<kind>` accelerator and offer."""
+    from apps.catalog.models import Accelerator, Offer
+    from apps.providers.models import Provider
+
+    ssh = Provider(
+        name="bench-ssh",
+        kind=Provider.Kind.SSH,
+        config={
+            "host": sshd.host,
+            "port": sshd.port,
+            "user": sshd.user,
+            "host_key": sshd.host_key,
+            "work_dir": str(root / "ssh-work"),
+            "python": "/usr/bin/python3",
+            "slots": 4,
+            "multi_tenant": True,
+        },
+    )
+    ssh.set_credentials({"private_key": sshd.private_key})
+    ssh.save()
+    (root / "slurm-work").mkdir()
+    slurm = Provider.objects.create(
+        name="bench-slurm",
+        kind=Provider.Kind.SLURM,
+        config={
+            "work_dir": str(root / "slurm-work"),
+            "slurm_conf": str(cluster.conf),
+            "partition": "low",
+            "slots": 4,
+            "multi_tenant": True,
+        },
+    )
+    local = Provider.objects.get(name="local")
+    local.config = {"runtime": "host", "multi_tenant": True, "work_dir": str(root / "local")}
+    local.save()
+    for kind, provider in (("local", local), ("ssh", ssh), ("slurm", slurm)):
+        accelerator = Accelerator.objects.create(
+            name=f"bench-{kind}", display_name=kind, vendor="cpu", memory_gb=0, gpu_counts=[1]
+        )
+        Offer.objects.create(
+            provider=provider,
+            accelerator=accelerator,
+            gpu_counts=[1],
+            capacity=4,
+            price_per_gpu_hour_micros=PRICE_MICROS,
+            min_price_per_gpu_hour_micros=PRICE_MICROS,
+            max_price_per_gpu_hour_micros=PRICE_MICROS,
+        )
+
+
+def poll_medians_ms(api: Api) -> dict[str, float]:
+    """Start LIVE_PER_PROVIDER long jobs on each provider, poll each live attempt POLLS
+    times through its backend, and return the median poll time of each kind."""
+    from apps.jobs.models import Attempt
+    from apps.providers.backends import backend_for
+
+    live = {
+        kind: [api.submit(f"bench-{kind}", 60) for _ in range(LIVE_PER_PROVIDER)] for kind in KINDS
+    }
+    medians = {}
+    for kind, job_ids in live.items():
+        for job_id in job_ids:
+            api.wait(job_id, {"running"})
+        samples = []
+        for job_id in job_ids:
+            attempt = Attempt.objects.select_related("provider").get(job__public_id=job_id)
+            backend = backend_for(attempt.provider)
+            for _ in range(POLLS):
+                start = time.perf_counter()
+                result = backend.poll(attempt.handle)
+                samples.append((time.perf_counter() - start) * 1000)
+                assert result.state == "running", (kind, result)
+        medians[kind] = statistics.median(samples)
+        for job_id in job_ids:
+            api.terminate(job_id)
+    for job_ids in live.values():
+        for job_id in job_ids:
+            api.wait(job_id, TERMINAL)
+    return medians
+
+
+def main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.providers.slurm_cluster import SlurmCluster, available
+
+    from tests.providers.sshd import make_sshd
+
+    why = available()
+    if why:
+        print(f"bench_providers needs a Slurm cluster here: {why}", file=sys.stderr)
+        return 1
+    setup_django(BENCH_DB, REDIS_URL)
+    from apps.accounts import services
+    from apps.billing import ledger
+    from apps.jobs.models import Job
+
+    org = services.organization_create(
+        name="bench-providers", slug="bench-providers", compute_enabled=True
+    )
+    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
+    _, key = services.api_key_create(organization=org, name="bench")
+
+    with tempfile.TemporaryDirectory(prefix="bench-providers-") as workdir, ExitStack() as stop:
+        root = Path(workdir)
+        root.chmod(0o755)
+        sshd = make_sshd(root / "sshd")
+        sshd.start()
+        stop.callback(sshd.stop)
+        cluster = SlurmCluster()
+        cluster.start()
+        stop.callback(cluster.stop)
+        add_providers(sshd, cluster, root)
+        stack = production_stack(BENCH_DB, REDIS_URL, root / "stack")
+        api = None
+        try:
+            (root / "stack").mkdir()
+            stack.start()
+            api = Api(stack.url, key)
+            for kind in KINDS:
+                submit_to_running(api, f"bench-{kind}")  # warm-up
+            took: dict[str, list[float]] = {kind: [] for kind in KINDS}
+            for _ in range(JOBS):
+                for kind in KINDS:
+                    took[kind].append(submit_to_running(api, f"bench-{kind}"))
+            polls = poll_medians_ms(api)
+        except Exception:
+            print(stack.logs(), file=sys.stderr)
+            raise
+        finally:
+            if api is not None:
+                for job_id in Job.objects.exclude(state__in=TERMINAL).values_list(
+                    "public_id", flat=True
+                ):
+                    with suppress(Exception):
+                        api.terminate(job_id)
+            stack.stop()
+            stop_runners()
+            cluster.cancel_all()
+
+    local_ms = statistics.median(took["local"]) * 1000
+    for kind in KINDS:
+        median_ms = statistics.median(took[kind]) * 1000
+        print(
+            f"providers: {kind} submit → running median {median_ms:.0f} ms over {JOBS} jobs "
+            f"(ratio to local {median_ms / local_ms:.2f}); poll of a live attempt median "
+            f"{polls[kind]:.1f} ms (ratio to local {polls[kind] / polls['local']:.1f})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
