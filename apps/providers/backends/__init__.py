@@ -17,6 +17,7 @@ from apps.providers.models import Provider
 
 REGISTRY: dict[str, str] = {
     Provider.Kind.LOCAL: "apps.providers.backends.local.LocalBackend",
+    Provider.Kind.SLURM: "apps.providers.backends.slurm.SlurmBackend",
 }
 
 

@@ -78,6 +78,9 @@ class LaunchRequest:
     ephemeral_disk_gb: int
     image: str
     extra_env: dict[str, str] = field(default_factory=dict)
+    # The job's max runtime, for a batch system's own time limit (Slurm's --time); None
+    # when the job has none.
+    max_runtime_hours: float | None = None
 
 
 @dataclass(frozen=True)

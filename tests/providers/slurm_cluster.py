@@ -1,0 +1,230 @@
+"""A real single-node Slurm cluster for the tests: munged, slurmctld and slurmd, each in the
+foreground as a child of the test process, with a config of their own (`SLURM_CONF`) in a
+fresh directory, on free ports, so nothing of the host's (/etc/slurm, /run/munge) is used or
+changed.
+
+The node has two CPUs and two partitions on it: `low` (the default, preemptible: a job there
+is requeued, or with `--no-requeue` ended PREEMPTED, when a `high` job needs its CPUs) and
+`high`. `MinJobAge` is short (`MIN_JOB_AGE_S`), so an ended job leaves `squeue` soon.
+
+Needs root (slurmd runs jobs as their user) and Debian's slurmctld, slurmd and munge.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tests.live import free_port
+
+MIN_JOB_AGE_S = 5
+DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
+
+
+def available() -> str | None:
+    """None when a cluster can be started here, else why not."""
+    missing = [path for path in DAEMONS if not os.access(path, os.X_OK)]
+    if missing:
+        return f"not installed: {', '.join(missing)}"
+    if os.geteuid() != 0:
+        return "slurmd needs root"
+    if not Path("/etc/munge/munge.key").exists():
+        return "no /etc/munge/munge.key"
+    return None
+
+
+class SlurmCluster:
+    """The daemons and their files under `root`. `env` is what a Slurm client needs
+    (SLURM_CONF); `conf` the config file's path."""
+
+    def __init__(self) -> None:
+        # Not under pytest's private tmp dirs: the munge user must reach its socket.
+        self.root = Path(tempfile.mkdtemp(prefix="trainyard-slurm-"))
+        self.root.chmod(0o755)
+        self.host = socket.gethostname().split(".")[0]
+        self.conf = self.root / "slurm.conf"
+        self.munge_socket = self.root / "munge" / "munge.socket"
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"SLURM_CONF": str(self.conf)}
+
+    def _client_env(self) -> dict[str, str]:
+        return {**os.environ, **self.env}
+
+    # -- setup ---------------------------------------------------------------------------
+
+    def _write_conf(self) -> None:
+        for name in ("ctld", "d", "log"):
+            (self.root / name).mkdir(exist_ok=True)
+        lines = {
+            "ClusterName": "trainyard",
+            "SlurmctldHost": self.host,
+            "SlurmUser": "root",
+            "SlurmdUser": "root",
+            "AuthType": "auth/munge",
+            "AuthInfo": f"socket={self.munge_socket}",
+            "CredType": "cred/munge",
+            "StateSaveLocation": self.root / "ctld",
+            "SlurmdSpoolDir": self.root / "d",
+            "SlurmctldPidFile": self.root / "slurmctld.pid",
+            "SlurmdPidFile": self.root / "slurmd.pid",
+            "SlurmctldLogFile": self.root / "log" / "slurmctld.log",
+            "SlurmdLogFile": self.root / "log" / "slurmd.log",
+            "SlurmctldPort": free_port(),
+            "SlurmdPort": free_port(),
+            "MpiDefault": "none",
+            "ReturnToService": 2,
+            "ProctrackType": "proctrack/linuxproc",
+            "TaskPlugin": "task/none",
+            "SelectType": "select/cons_tres",
+            "SelectTypeParameters": "CR_Core",
+            "JobAcctGatherType": "jobacct_gather/none",
+            "AccountingStorageType": "accounting_storage/none",
+            "KillWait": 5,
+            "MinJobAge": MIN_JOB_AGE_S,
+            "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=100000,bf_interval=1",
+            "PreemptType": "preempt/partition_prio",
+            "PreemptMode": "REQUEUE",
+        }
+        text = "".join(f"{key}={value}\n" for key, value in lines.items())
+        text += (
+            f"NodeName={self.host} CPUs=2 RealMemory=20000\n"
+            f"PartitionName=low Nodes={self.host} Default=YES PriorityTier=1 "
+            "PreemptMode=REQUEUE GraceTime=4\n"
+            f"PartitionName=high Nodes={self.host} PriorityTier=10 PreemptMode=OFF\n"
+        )
+        self.conf.write_text(text)
+
+    def _start_munge(self) -> None:
+        directory = self.munge_socket.parent
+        directory.mkdir(exist_ok=True)
+        munge = pwd.getpwnam("munge")
+        os.chown(directory, munge.pw_uid, munge.pw_gid)
+        directory.chmod(0o755)
+        self._spawn(
+            "munged",
+            [
+                "/usr/sbin/munged",
+                "--foreground",
+                f"--socket={self.munge_socket}",
+                "--key-file=/etc/munge/munge.key",
+                f"--pid-file={directory}/munged.pid",
+                f"--log-file={directory}/munged.log",
+                f"--seed-file={directory}/munged.seed",
+            ],
+            user=munge,
+        )
+        self._wait(lambda: self.munge_socket.exists(), "munged's socket")
+
+    def _spawn(self, name: str, argv: list[str], user: pwd.struct_passwd | None = None) -> None:
+        log = open(self.root / "log" / f"{name}.stdout", "ab")  # noqa: SIM115 - the child's
+        identity = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []} if user else {}
+        self.processes[name] = subprocess.Popen(
+            argv,
+            env=self._client_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **identity,
+        )
+        log.close()
+
+    def _wait(self, ready, what: str, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    raise RuntimeError(f"{name} exited {process.returncode}: {self.logs()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}: {self.logs()}")
+            time.sleep(0.1)
+
+    def start(self) -> None:
+        self._write_conf()
+        self._start_munge()
+        self.start_slurmctld()
+        self._spawn("slurmd", ["/usr/sbin/slurmd", "-D"])
+        self._wait(self.node_idle, "the node to be idle")
+
+    def start_slurmctld(self) -> None:
+        """Start slurmctld, recovering its saved state (jobs survive a restart)."""
+        self._spawn("slurmctld", ["/usr/sbin/slurmctld", "-D"])
+        self._wait(lambda: self.sinfo_states() is not None, "slurmctld to answer")
+
+    def stop_slurmctld(self, *, hard: bool = False) -> None:
+        """Stop the controller: SIGTERM (it saves its state first), or with `hard` SIGKILL,
+        a crash that loses what it had not saved yet (it saves a job's start only lazily:
+        a job that started seconds before is PENDING again after such a restart)."""
+        process = self.processes.pop("slurmctld")
+        process.kill() if hard else process.terminate()
+        process.wait(30)
+
+    def restart_slurmctld(self, *, hard: bool = False) -> None:
+        self.stop_slurmctld(hard=hard)
+        self.start_slurmctld()
+
+    # -- queries -------------------------------------------------------------------------
+
+    def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """A Slurm client command against this cluster."""
+        return subprocess.run(
+            list(argv), env=self._client_env(), capture_output=True, text=True, check=check
+        )
+
+    def sinfo_states(self) -> list[str] | None:
+        result = self.run("sinfo", "-h", "-N", "-o", "%T", check=False)
+        return result.stdout.split() if result.returncode == 0 else None
+
+    def node_idle(self) -> bool:
+        states = self.sinfo_states()
+        return bool(states) and all(state == "idle" for state in states)
+
+    def job_state(self, job_id: str) -> str | None:
+        """squeue's state of a job (PENDING, RUNNING, ...), None once it left squeue."""
+        result = self.run("squeue", "-h", "--states", "all", "-j", job_id, "-o", "%T", check=False)
+        state = result.stdout.strip()
+        return state or None
+
+    def jobs_named(self, name: str) -> list[str]:
+        result = self.run("squeue", "-h", "--states", "all", "--name", name, "-o", "%i")
+        return result.stdout.split()
+
+    def sbatch(self, *args: str) -> str:
+        """Submit a batch job (`--wrap` and the like); its id."""
+        result = self.run("sbatch", "--parsable", "--chdir", str(self.root), *args)
+        return result.stdout.strip().split(";")[0]
+
+    def logs(self) -> str:
+        parts = []
+        for path in sorted((self.root / "log").glob("*")):
+            with open(path, errors="replace") as handle:
+                parts.append(f"--- {path.name}\n" + "".join(handle.readlines()[-20:]))
+        return "\n".join(parts)
+
+    # -- teardown ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Cancel every job, then stop the daemons (slurmd first) and remove the files."""
+        if "slurmctld" in self.processes:
+            self.run("scancel", "--full", "--signal=KILL", "--user=root", check=False)
+            self.run("scancel", "--user=root", check=False)
+        for name in ("slurmd", "slurmctld", "munged"):
+            process = self.processes.pop(name, None)
+            if process is None:
+                continue
+            process.terminate()
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)
+        shutil.rmtree(self.root, ignore_errors=True)
