@@ -330,10 +330,13 @@ def cancel(job_id: str, grace_s: float) -> dict[str, Any]:
     grace period a detached helper SIGKILLs what is left and cancels the job."""
     _slurm(["scancel", "--state=PENDING", job_id])
     _slurm(["scancel", "--signal=TERM", "--full", job_id])
+    # SIGKILL to the batch step ends the job at once (FAILED; slurmstepd kills what is left
+    # of the step); a plain scancel, or SIGKILL with --full, is a cancel that waits out
+    # KillWait first.
     quoted = shlex.quote(job_id)
     later = (
         f"sleep {max(0.0, float(grace_s)):g}; "
-        f"scancel --signal=KILL --full {quoted} 2>/dev/null; scancel {quoted} 2>/dev/null"
+        f"scancel --signal=KILL --batch {quoted} 2>/dev/null; scancel {quoted} 2>/dev/null"
     )
     subprocess.Popen(
         ["sh", "-c", later],
@@ -349,7 +352,7 @@ def cancel(job_id: str, grace_s: float) -> dict[str, Any]:
 def release(job_id: str, workdir: Path) -> dict[str, Any]:
     """Nothing of the attempt outlives it: its processes are SIGKILLed, the job cancelled
     (both no-ops on an ended job), and a token no runner read is deleted."""
-    _slurm(["scancel", "--signal=KILL", "--full", job_id])
+    _slurm(["scancel", "--signal=KILL", "--batch", job_id])
     _slurm(["scancel", job_id])
     (workdir / TOKEN_FILE).unlink(missing_ok=True)
     return {"released": job_id}

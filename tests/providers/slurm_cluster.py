@@ -27,6 +27,22 @@ MIN_JOB_AGE_S = 5
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
 
 
+def squeue_state(conf: str, job_id: str) -> str | None:
+    """squeue's state of a job (PENDING, RUNNING, ...) on the cluster of `conf`; None once
+    it left squeue."""
+    result = subprocess.run(
+        ["squeue", "-h", "--states", "all", "-j", job_id, "-o", "%T"],
+        env={**os.environ, "SLURM_CONF": conf},
+        capture_output=True,
+        text=True,
+    )
+    return result.stdout.strip() or None
+
+
+# What squeue says of a job that holds (or waits for) the node: not over yet.
+LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "STOPPED"}
+
+
 def available() -> str | None:
     """None when a cluster can be started here, else why not."""
     missing = [path for path in DAEMONS if not os.access(path, os.X_OK)]
@@ -190,9 +206,7 @@ class SlurmCluster:
 
     def job_state(self, job_id: str) -> str | None:
         """squeue's state of a job (PENDING, RUNNING, ...), None once it left squeue."""
-        result = self.run("squeue", "-h", "--states", "all", "-j", job_id, "-o", "%T", check=False)
-        state = result.stdout.strip()
-        return state or None
+        return squeue_state(str(self.conf), job_id)
 
     def jobs_named(self, name: str) -> list[str]:
         result = self.run("squeue", "-h", "--states", "all", "--name", name, "-o", "%i")
@@ -202,6 +216,12 @@ class SlurmCluster:
         """Submit a batch job (`--wrap` and the like); its id."""
         result = self.run("sbatch", "--parsable", "--chdir", str(self.root), *args)
         return result.stdout.strip().split(";")[0]
+
+    def cancel_all(self) -> None:
+        """Kill and cancel every job, and wait until the node is idle again."""
+        self.run("scancel", "--full", "--signal=KILL", "--user=root", check=False)
+        self.run("scancel", "--user=root", check=False)
+        self._wait(self.node_idle, "the node to be idle", timeout=60)
 
     def logs(self) -> str:
         parts = []

@@ -18,6 +18,7 @@ from runner import procfs
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
 from tests.providers.helpers import launch_args
+from tests.providers.slurm_cluster import LIVE_STATES, squeue_state
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -38,6 +39,8 @@ def variant(request, settings, tmp_path):
         image = request.getfixturevalue("podman_image")
     if runtime:
         Provider.objects.filter(kind=kind).update(config={"runtime": runtime})
+    if kind == "slurm":
+        request.getfixturevalue("slurm_provider")
     return kind, image
 
 
@@ -52,15 +55,23 @@ def _launch(variant, live_server, command: list[str]):
 
 
 def _alive(backend, handle) -> bool:
-    """Whether anything of the attempt still runs: its container, or its process group."""
+    """Whether anything of the attempt still runs: its container, its process group, or its
+    Slurm job."""
+    if backend.kind == "slurm":
+        return squeue_state(backend.config["slurm_conf"], handle["job_id"]) in LIVE_STATES
     if "container" in handle:
         return backend.containers.state(handle["container"]).running
     return bool(procfs.group_members(handle["pgid"]))
 
 
 def _kill_hard(backend, handle) -> None:
-    """What a host crash does to the runner: SIGKILL, no chance to write an exit record."""
-    if "container" in handle:
+    """What a host crash does to the runner: SIGKILL, no chance to write an exit record (on
+    Slurm: to every process of the job; it ends FAILED)."""
+    if backend.kind == "slurm":
+        conf = {**os.environ, "SLURM_CONF": backend.config["slurm_conf"]}
+        argv = ["scancel", "--signal=KILL", "--batch", handle["job_id"]]
+        subprocess.run(argv, env=conf, check=True)
+    elif "container" in handle:
         backend.containers.kill(handle["container"])
     else:
         os.killpg(handle["pgid"], signal.SIGKILL)
