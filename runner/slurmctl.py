@@ -33,7 +33,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -183,10 +183,8 @@ def recorded_exit(workdir: Path) -> int | None:
 def write_token(workdir: Path, token: str) -> Path:
     """The token in a new file only its owner may read (a leftover one is replaced)."""
     path = workdir / TOKEN_FILE
-    try:
+    with suppress(FileNotFoundError):
         path.unlink()
-    except FileNotFoundError:
-        pass
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "w") as handle:
         handle.write(token)
