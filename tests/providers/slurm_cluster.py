@@ -7,7 +7,8 @@ The node has two CPUs and two partitions on it: `low` (the default, preemptible:
 is requeued, or with `--no-requeue` ended PREEMPTED, when a `high` job needs its CPUs) and
 `high`. `MinJobAge` is short (`MIN_JOB_AGE_S`), so an ended job leaves `squeue` soon.
 
-Needs root (slurmd runs jobs as their user) and Debian's slurmctld, slurmd and munge.
+Needs root (slurmd runs jobs as their user) and Debian's slurmctld, slurmd and munge (the
+munge key is the cluster's own, made here).
 """
 
 from __future__ import annotations
@@ -50,8 +51,10 @@ def available() -> str | None:
         return f"not installed: {', '.join(missing)}"
     if os.geteuid() != 0:
         return "slurmd needs root"
-    if not Path("/etc/munge/munge.key").exists():
-        return "no /etc/munge/munge.key"
+    try:
+        pwd.getpwnam("munge")
+    except KeyError:
+        return "no munge user"
     return None
 
 
@@ -125,13 +128,17 @@ class SlurmCluster:
         munge = pwd.getpwnam("munge")
         os.chown(directory, munge.pw_uid, munge.pw_gid)
         directory.chmod(0o755)
+        key = directory / "munge.key"  # a key of this cluster's own
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        os.chown(key, munge.pw_uid, munge.pw_gid)
         self._spawn(
             "munged",
             [
                 "/usr/sbin/munged",
                 "--foreground",
                 f"--socket={self.munge_socket}",
-                "--key-file=/etc/munge/munge.key",
+                f"--key-file={key}",
                 f"--pid-file={directory}/munged.pid",
                 f"--log-file={directory}/munged.log",
                 f"--seed-file={directory}/munged.seed",
