@@ -12,6 +12,11 @@ from apps.accounts import services as account_services
 from tests.factories import OrganizationFactory
 from tests.integration.stack import wait_for
 
+# A real Slurm cluster and a provider on it, for the jobs that run on the slurm provider.
+from tests.providers.slurm_cluster import slurm_cluster, slurm_provider
+
+__all__ = ["ComputeApi", "slurm_cluster", "slurm_provider"]
+
 TERMINAL = {"succeeded", "failed", "terminated"}
 
 
