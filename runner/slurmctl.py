@@ -12,11 +12,17 @@ Ops:
   exclusively), `batch.sh` runs the runner with only that file's path
   (TRAINYARD_RUNNER_TOKEN_FILE), `sbatch` submits it, and `handle.json` records the job.
   The token is in no script, argv, environment, Slurm job record or output file.
-- `poll WORKDIR JOBID`: `{"state", "exit_code", "detail"}` as `PollResult` has them (see
-  `poll`).
-- `cancel JOBID GRACE`: SIGTERM to every process of the job now (a pending job is cancelled
-  at once), SIGKILL and cancel after GRACE seconds by a detached helper; returns at once.
-- `release JOBID WORKDIR`: kill and cancel the job (idempotent), delete a token no runner read.
+- `poll WORKDIR JOBID [NAME]`: `{"state", "exit_code", "detail"}` as `PollResult` has them
+  (see `poll`).
+- `cancel JOBID GRACE [NAME]`: SIGTERM to every process of the job now (a pending job is
+  cancelled at once), SIGKILL and cancel after GRACE seconds by a detached helper; returns
+  at once.
+- `release JOBID WORKDIR [NAME]`: kill and cancel the job (idempotent), delete a token no
+  runner read.
+
+NAME, the attempt's job name, makes poll, cancel and release act on JOBID only while it is
+that job: a controller that lost its state (a crash before it saved) hands the numbers of
+the jobs it forgot to new ones.
 - `diagnostics WORKDIR`: `{"lines": [...]}`, the tail of the job's output and runner log.
 - `sinfo`: `{"partitions": [...]}`: each partition's name, whether it is the default, its
   availability, node states and CPU counts.
@@ -286,20 +292,24 @@ def _exit_code_of(job_id: str) -> tuple[int | None, str]:
     return number, fields.get("JobState", "")
 
 
-def poll(workdir: Path, job_id: str) -> dict[str, Any]:
+def poll(workdir: Path, job_id: str, name: str | None = None) -> dict[str, Any]:
     """What became of the job: `queued` (Slurm's reason in `detail`), `running`,
     `reclaimed` (preempted, its node failed), or once it ended `exited` with the code the
     runner recorded. A job that ended with no exit record is `lost` when its runner had
     started (killed, out of memory), and `exited` with Slurm's exit code when the runner
     never ran (no python3 on the node: the batch script's own failure, in the output file);
-    a job cancelled before it ran exits 143. Gone from squeue: exit.json's code, else lost."""
-    argv = ["squeue", "-h", "--states", "all", "-j", job_id, "-o", "%T|%r|%N"]
+    a job cancelled before it ran exits 143. Gone from squeue: exit.json's code, else lost.
+
+    With `name`, a job of that id but another name is not this one: a controller that lost
+    its state gives the numbers of the jobs it forgot to new jobs; this one is gone."""
+    argv = ["squeue", "-h", "--states", "all", "-j", job_id, "-o", "%T|%r|%N|%j"]
     result = _slurm(argv)
     if result.returncode != 0 and not _gone(result):
         raise _failure(argv, result)
     line = result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""
-    state, _, rest = line.partition("|")
-    reason, _, nodes = rest.partition("|")
+    state, reason, nodes, found_name = [*line.split("|", 3), "", "", ""][:4]
+    if name and state and found_name != name:
+        state = ""  # the number is another job's now
     if state in QUEUED:
         return {"state": "queued", "exit_code": None, "detail": reason if reason else state}
     if state in RUNNING:
@@ -323,18 +333,24 @@ def poll(workdir: Path, job_id: str) -> dict[str, Any]:
     return {"state": "exited", "exit_code": code, "detail": f"Slurm job {state}"}
 
 
-def cancel(job_id: str, grace_s: float) -> dict[str, Any]:
+def _scancel(job_id: str, name: str | None, *options: str) -> None:
+    """scancel the job, only while it is the one named `name` (when given); errors (a job
+    that already ended, or is unknown) are no-ops."""
+    _slurm(["scancel", *options, *([f"--name={name}"] if name else []), job_id])
+
+
+def cancel(job_id: str, grace_s: float, name: str | None = None) -> dict[str, Any]:
     """SIGTERM to the job's processes (a pending job is cancelled outright); after the
     grace period a detached helper SIGKILLs what is left and cancels the job."""
-    _slurm(["scancel", "--state=PENDING", job_id])
-    _slurm(["scancel", "--signal=TERM", "--full", job_id])
+    _scancel(job_id, name, "--state=PENDING")
+    _scancel(job_id, name, "--signal=TERM", "--full")
     # SIGKILL to the batch step ends the job at once (FAILED; slurmstepd kills what is left
     # of the step); a plain scancel, or SIGKILL with --full, is a cancel that waits out
     # KillWait first.
-    quoted = shlex.quote(job_id)
+    target = " ".join(shlex.quote(part) for part in ([f"--name={name}"] if name else []) + [job_id])
     later = (
         f"sleep {max(0.0, float(grace_s)):g}; "
-        f"scancel --signal=KILL --batch {quoted} 2>/dev/null; scancel {quoted} 2>/dev/null"
+        f"scancel --signal=KILL --batch {target} 2>/dev/null; scancel {target} 2>/dev/null"
     )
     subprocess.Popen(
         ["sh", "-c", later],
@@ -347,11 +363,11 @@ def cancel(job_id: str, grace_s: float) -> dict[str, Any]:
     return {"cancelled": job_id}
 
 
-def release(job_id: str, workdir: Path) -> dict[str, Any]:
+def release(job_id: str, workdir: Path, name: str | None = None) -> dict[str, Any]:
     """Nothing of the attempt outlives it: its processes are SIGKILLed, the job cancelled
     (both no-ops on an ended job), and a token no runner read is deleted."""
-    _slurm(["scancel", "--signal=KILL", "--batch", job_id])
-    _slurm(["scancel", job_id])
+    _scancel(job_id, name, "--signal=KILL", "--batch")
+    _scancel(job_id, name)
     (workdir / TOKEN_FILE).unlink(missing_ok=True)
     return {"released": job_id}
 
@@ -412,8 +428,8 @@ def sinfo() -> dict[str, Any]:
 # -- the command line --------------------------------------------------------------------
 
 USAGE = (
-    "usage: slurmctl submit WORKDIR < spec.json | poll WORKDIR JOBID | cancel JOBID GRACE | "
-    "release JOBID WORKDIR | diagnostics WORKDIR | sinfo"
+    "usage: slurmctl submit WORKDIR < spec.json | poll WORKDIR JOBID [NAME] | "
+    "cancel JOBID GRACE [NAME] | release JOBID WORKDIR [NAME] | diagnostics WORKDIR | sinfo"
 )
 
 
@@ -421,12 +437,13 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     op, args = (argv[0], list(argv[1:])) if argv else ("", [])
     if op == "submit" and len(args) == 1:
         return submit(Path(args[0]), json.loads(sys.stdin.read()))
-    if op == "poll" and len(args) == 2:
-        return poll(Path(args[0]), args[1])
-    if op == "cancel" and len(args) == 2:
-        return cancel(args[0], float(args[1]))
-    if op == "release" and len(args) == 2:
-        return release(args[0], Path(args[1]))
+    name = args[2] if len(args) == 3 else None  # the job's name, optional
+    if op == "poll" and len(args) in (2, 3):
+        return poll(Path(args[0]), args[1], name)
+    if op == "cancel" and len(args) in (2, 3):
+        return cancel(args[0], float(args[1]), name)
+    if op == "release" and len(args) in (2, 3):
+        return release(args[0], Path(args[1]), name)
     if op == "diagnostics" and len(args) == 1:
         return diagnostics(Path(args[0]))
     if op == "sinfo" and not args:

@@ -13,9 +13,11 @@ munge key is the cluster's own, made here).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -24,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from runner import procfs
 from tests.live import free_port
 
 MIN_JOB_AGE_S = 5
@@ -40,6 +43,45 @@ def squeue_state(conf: str, job_id: str) -> str | None:
         text=True,
     )
     return result.stdout.strip() or None
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+def _stepds(prefix: bytes = b"slurmstepd: [") -> list[int]:
+    """The live slurmstepd processes here whose title starts with `prefix`."""
+    return [
+        int(entry)
+        for entry in os.listdir("/proc")
+        if entry.isdigit()
+        and _read(f"/proc/{entry}/cmdline").startswith(prefix)
+        and procfs.alive(int(entry))
+    ]
+
+
+def _stepd_running(job_id: str) -> bool:
+    """Whether a slurmstepd of `job_id` runs here (its title: `slurmstepd: [ID.batch]`)."""
+    return bool(_stepds(f"slurmstepd: [{job_id}.".encode()))
+
+
+def _descendants(roots: list[int]) -> list[int]:
+    """`roots` and every process below them."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        fields = _read(f"/proc/{entry}/stat").rsplit(b")", 1)[-1].split() if entry.isdigit() else []
+        if len(fields) > 1:  # after the name: state, ppid, ...
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
 
 
 # What squeue says of a job that holds (or waits for) the node: not over yet.
@@ -226,11 +268,24 @@ class SlurmCluster:
         result = self.run("sbatch", "--parsable", "--chdir", str(self.root), *args)
         return result.stdout.strip().split(";")[0]
 
+    def settle_after_crash(self, job_id: str) -> None:
+        """After a hard controller restart: wait until nothing of `job_id` runs on the node
+        (a controller that forgot a job leaves its slurmstepd running until it ends), then
+        put the node back in service (a job number handed out again while the old job still
+        ran drains it: "Duplicate jobid")."""
+        self._wait(lambda: not _stepd_running(job_id), f"job {job_id}'s steps to end", 60)
+        self.run("scontrol", "update", f"nodename={self.host}", "state=resume", check=False)
+        self._wait(self.node_idle, "the node to be idle", timeout=60)
+
     def cancel_all(self) -> None:
         """Kill and cancel every job, and wait until the node is idle again."""
         self.run("scancel", "--full", "--signal=KILL", "--user=root", check=False)
         self.run("scancel", "--user=root", check=False)
         self._wait(self.node_idle, "the node to be idle", timeout=60)
+
+    def log(self, daemon: str) -> str:
+        """The whole log of `daemon` (slurmctld, slurmd)."""
+        return (self.root / "log" / f"{daemon}.log").read_text(errors="replace")
 
     def logs(self) -> str:
         parts = []
@@ -256,6 +311,13 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
+        # Steps the daemons left behind (a job its controller forgot): this cluster's own,
+        # by the SLURM_CONF slurmd gave them, and everything under them.
+        marker = f"SLURM_CONF={self.conf}".encode()
+        ours = [pid for pid in _stepds() if marker in _read(f"/proc/{pid}/environ").split(b"\0")]
+        for pid in _descendants(ours):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -258,3 +258,60 @@ def test_a_slurm_provider_is_single_tenant_unless_configured_otherwise():
     assert SlurmBackend.single_tenant({})
     assert not SlurmBackend.single_tenant({"multi_tenant": True})
     assert SlurmBackend.ALLOCATES_AT_LAUNCH is False
+
+
+def test_a_controller_crash_never_runs_the_workload_twice(
+    slurm_provider, slurm_cluster, live_server
+):
+    """slurmctld saves its state lazily. Killed (SIGKILL) seconds after a job started and
+    restarted, it may have forgotten the job (submitted after its last save: the number is
+    free again), or recover it as PENDING, kill the batch step the node still runs and start
+    the batch script again. The token file is gone by then (the first runner deleted it), so
+    a second runner is refused before any workload starts; either way the attempt polls
+    `lost`, and the control plane places the job again with a new attempt and token."""
+    backend, request, bootstrap = _launch(
+        live_server, ["bash", "-c", "echo run >> ../runs.txt; sleep 15"]
+    )
+    handle = backend.launch(request, bootstrap)
+    workdir = Path(handle["workdir"])
+    try:
+        wait_until(lambda: _started(request), 30, what="the runner's started report")
+        slurm_cluster.restart_slurmctld(hard=True)
+        result = wait_until(
+            lambda: (r := backend.poll(handle)).state not in {"running", "queued"} and r,
+            60,
+            what="the attempt to end",
+        )
+        log = slurm_cluster.log("slurmctld")
+        if f"Registered PENDING JobId={handle['job_id']} " in log:  # started again
+            assert result.state == "lost", result
+            output = "".join(path.read_text() for path in workdir.glob("slurm-*.out"))
+            assert "cannot read TRAINYARD_RUNNER_TOKEN_FILE" in output
+        elif f"Purged files for defunct batch JobId={handle['job_id']}" in log:  # forgotten
+            assert result.state == "lost", result
+        else:  # the start had been saved after all: the attempt ran on
+            assert (result.state, result.exit_code) == ("exited", 0), log[-3000:]
+        assert (workdir / "runs.txt").read_text() == "run\n"
+    finally:
+        backend.release(handle)
+        slurm_cluster.settle_after_crash(handle["job_id"])
+
+
+def test_a_job_number_slurm_gave_to_another_job_is_not_the_attempts(
+    slurm_provider, slurm_cluster, live_server
+):
+    backend, request, _ = _launch(live_server, ["sleep", "30"])
+    other = slurm_cluster.sbatch("--job-name=someone-else", "--wrap", "sleep 300")
+    wait_until(lambda: slurm_cluster.job_state(other) == "RUNNING", 30, what="the other job")
+    workdir = Path(backend.workdir(request.job_id, request.attempt))
+    workdir.mkdir(parents=True)
+    # A handle whose number a controller that lost its state handed on.
+    handle = {"job_id": other, "name": job_name(request.job_id, 1), "workdir": str(workdir)}
+
+    result = backend.poll(handle)
+    assert result.state == "lost" and "gone" in result.detail
+    # scancel is synchronous: a job it cancelled or signalled is no longer RUNNING when it
+    # returns (the terminate's later SIGKILL names the job the same way).
+    backend.terminate(handle, grace_s=60)
+    backend.release(handle)
+    assert slurm_cluster.job_state(other) == "RUNNING"

@@ -204,7 +204,7 @@ class SlurmBackend(Backend):
         return {"job_id": str(answer["job_id"]), "name": answer["name"], "workdir": workdir}
 
     def poll(self, handle: Handle) -> PollResult:
-        answer = self._ctl("poll", handle["workdir"], str(handle["job_id"]))
+        answer = self._ctl("poll", handle["workdir"], str(handle["job_id"]), handle["name"])
         state = answer.get("state")
         if state not in POLL_STATES:
             raise PermanentBackendError(f"slurm: slurmctl poll answered {answer!r}")
@@ -213,12 +213,12 @@ class SlurmBackend(Backend):
     def terminate(self, handle: Handle, grace_s: float) -> None:
         """SIGTERM to the job's processes now; SIGKILL and scancel after `grace_s`, by a
         detached helper on the login node. Returns at once."""
-        self._ctl("cancel", str(handle["job_id"]), f"{max(0.0, grace_s):g}")
+        self._ctl("cancel", str(handle["job_id"]), f"{max(0.0, grace_s):g}", handle["name"])
 
     def release(self, handle: Handle) -> None:
         """The job is killed and cancelled (a no-op once it ended); its work directory
         stays for inspection."""
-        self._ctl("release", str(handle["job_id"]), handle["workdir"])
+        self._ctl("release", str(handle["job_id"]), handle["workdir"], handle["name"])
 
     def diagnostics(self, handle: Handle) -> list[str]:
         try:
