@@ -123,7 +123,7 @@ def test_poll_reports_the_exit_code(variant, live_server):
     handle = backend.launch(request, bootstrap)
     try:
         result = wait_until(
-            lambda: (r := backend.poll(handle)).state != "running" and r,
+            lambda: (r := backend.poll(handle)).state not in {"queued", "running"} and r,
             30,
             what="the runner to finish",
         )

@@ -18,8 +18,9 @@ Config keys (the Provider's `config`):
 - `path`: the runner's PATH (default `/usr/local/bin:/usr/bin:/bin`, after the directory of
   an absolute `python`).
 - `slots`: the capacity `offers()` reports (default: the partition's CPUs for `cpu`, else 1).
-- `accelerator`: the catalog accelerator the cluster has (default `cpu`). An attempt of a
-  GPU accelerator asks for `--gres=gpu:<gpu count>`.
+- `accelerator`: the catalog accelerator the cluster has (default `cpu`), and `gpu_counts`
+  the GPUs per job it offers (default [1]). An attempt of a GPU accelerator asks for
+  `--gres=gpu:<gpu count>`.
 - `cpus`: CPUs per attempt (`--cpus-per-task`), optional.
 - `slurm_conf`: the SLURM_CONF the Slurm commands use, optional (default: the environment's,
   else Slurm's own default).
@@ -115,6 +116,10 @@ class SlurmBackend(Backend):
                 "the login and compute nodes"
             )
         return work_dir
+
+    def _check_config(self) -> None:
+        """Raise PermanentBackendError for a config that cannot work (`login`, `work_dir`)."""
+        _ = self.transport, self.work_dir
 
     @property
     def python(self) -> str:
@@ -229,6 +234,7 @@ class SlurmBackend(Backend):
     # -- what the cluster offers ---------------------------------------------------------
 
     def _partition(self) -> dict[str, Any]:
+        self._check_config()  # a config error says so, not "sinfo failed"
         try:
             partitions = self._ctl("sinfo")["partitions"]
         except (PermanentBackendError, RetryableBackendError) as exc:
@@ -246,7 +252,8 @@ class SlurmBackend(Backend):
         slots = self.config.get("slots")
         if slots is None:
             slots = self._partition()["cpus_total"] if accelerator == "cpu" else 1
-        return [OfferInfo(accelerator=accelerator, gpu_counts=[1], capacity=int(slots))]
+        gpu_counts = [int(count) for count in self.config.get("gpu_counts") or [1]]
+        return [OfferInfo(accelerator=accelerator, gpu_counts=gpu_counts, capacity=int(slots))]
 
     def check(self) -> list[str]:
         """sinfo answers and the partition exists; the partition's node states and CPUs."""
