@@ -269,8 +269,12 @@ def _sbatch(workdir: Path, name: str, spec: dict[str, Any]) -> str:
     argv.append(str(script))
     try:
         output = _checked(argv)
-    except SlurmError:
-        token_file.unlink(missing_ok=True)  # no runner will read it
+    except SlurmError as exc:
+        # A refusal submitted nothing: no runner will read the token. After a time-out the
+        # job may exist all the same, and the launch that is tried again adopts it (by its
+        # name), so its runner still finds the token.
+        if not exc.retryable:
+            token_file.unlink(missing_ok=True)
         raise
     return output.strip().split(";")[0]
 

@@ -8,6 +8,7 @@ import stat
 import subprocess
 import threading
 from contextlib import suppress
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,7 @@ def test_concurrent_launches_of_an_attempt_submit_one_job(
     slurm_provider, slurm_cluster, live_server
 ):
     backend, request, bootstrap = _launch(live_server, ["sleep", "30"])
+    request = replace(request, max_runtime_hours=0.5)
     barrier = threading.Barrier(4)
     handles: list[dict] = []
     errors: list[BaseException] = []
@@ -78,6 +80,9 @@ def test_concurrent_launches_of_an_attempt_submit_one_job(
         name = job_name(request.job_id, request.attempt)
         assert handles[0]["name"] == name
         assert slurm_cluster.jobs_named(name) == [handles[0]["job_id"]]
+        # The job's max runtime, and a margin for the control plane's own limit to act first.
+        record = slurm_cluster.run("scontrol", "show", "job", handles[0]["job_id"]).stdout
+        assert "TimeLimit=00:35:00" in record
         wait_until(lambda: _started(request), 30, what="the runner's started report")
     finally:
         backend.release(handles[0])
@@ -315,3 +320,17 @@ def test_a_job_number_slurm_gave_to_another_job_is_not_the_attempts(
     backend.terminate(handle, grace_s=60)
     backend.release(handle)
     assert slurm_cluster.job_state(other) == "RUNNING"
+
+
+def test_a_request_the_cluster_refuses_fails_the_launch_for_good(
+    slurm_provider, slurm_cluster, live_server
+):
+    backend, request, bootstrap = _launch(live_server, ["true"])
+    # The test cluster has no GPUs (no gres): sbatch refuses the job.
+    request = replace(request, accelerator="nvidia-a100-80gb", gpu_count=2)
+    with pytest.raises(PermanentBackendError, match=r"sbatch failed: .*gres"):
+        backend.launch(request, bootstrap)
+    workdir = Path(backend.workdir(request.job_id, request.attempt))
+    assert not (workdir / "runner.token").exists()  # nothing will read it
+    assert not (workdir / "handle.json").exists()
+    assert slurm_cluster.jobs_named(job_name(request.job_id, request.attempt)) == []

@@ -71,6 +71,18 @@ _installed: set[tuple[str, str, str]] = set()
 _installed_lock = threading.Lock()
 
 
+def login_transport(login: str, credentials: dict[str, str]) -> Transport:
+    """The Transport to the SSH login node `login` (`user@host[:port]`).
+
+    NOT YET: the SshTransport (apps/providers/backends/ssh transport, with the provider's
+    private key from `credentials`) is being written on another branch; once it is in, build
+    it here and every op of this backend runs on the login node unchanged."""
+    raise PermanentBackendError(
+        "slurm: config `login` (an SSH login node) is not yet supported; run the control "
+        "plane on a Slurm client host and leave `login` unset"
+    )
+
+
 def job_name(job_id: str, attempt: int) -> str:
     """The Slurm job name of an attempt: `ty-<job id>-<attempt>`."""
     return f"ty-{job_id}-{attempt}"
@@ -98,13 +110,12 @@ class SlurmBackend(Backend):
 
     @property
     def transport(self) -> Transport:
+        """Where slurmctl runs: this host, or the login node of config `login`."""
         if self._transport is None:
-            if self.config.get("login"):
-                raise PermanentBackendError(
-                    "slurm: config `login` (an SSH login node) is not yet supported; run the "
-                    "control plane on a Slurm client host and leave `login` unset"
-                )
-            self._transport = LocalTransport()
+            login = self.config.get("login")
+            self._transport = (
+                login_transport(login, self.credentials) if login else LocalTransport()
+            )
         return self._transport
 
     @property
