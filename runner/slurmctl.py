@@ -439,6 +439,9 @@ USAGE = (
 
 def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
     op, args = (argv[0], list(argv[1:])) if argv else ("", [])
+    conf = os.environ.get("SLURM_CONF")
+    if conf and not os.path.isfile(conf):  # Slurm's commands would retry it for a minute
+        raise SlurmError(f"SLURM_CONF {conf} is not a file")
     if op == "submit" and len(args) == 1:
         return submit(Path(args[0]), json.loads(sys.stdin.read()))
     name = args[2] if len(args) == 3 else None  # the job's name, optional
