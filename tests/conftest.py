@@ -27,6 +27,11 @@ from tests.containers import ensure_test_image
 from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
 from tests.integration.stack import Stack
 
+# Real daemons for the provider tests, each started once per session when a test needs it:
+# an sshd on loopback and a single-node Slurm cluster (munged, slurmctld, slurmd).
+from tests.providers.slurm_cluster import slurm_cluster, slurm_provider  # noqa: F401
+from tests.providers.ssh_fixtures import ssh_provider, ssh_state, sshd  # noqa: F401
+
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items):

@@ -10,12 +10,11 @@ import pytest
 
 from apps.jobs.models import Attempt
 from tests.integration.conftest import TERMINAL
-from tests.providers.conftest import ssh_provider, ssh_state, sshd  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
-def test_a_job_on_the_ssh_provider_succeeds_with_its_logs(ssh_provider, api):  # noqa: F811
+def test_a_job_on_the_ssh_provider_succeeds_with_its_logs(ssh_provider, api):
     job = api.submit(command=["bash", "-c", "echo hello from $(hostname); echo oops >&2"])
     done = api.wait_state(job["id"], TERMINAL, timeout=90)
     assert (done["state"], done["exit_code"], done["reason"]) == ("succeeded", 0, None)

@@ -18,6 +18,7 @@ from runner import procfs
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
 from tests.providers.helpers import launch_args
+from tests.providers.slurm_cluster import LIVE_STATES, squeue_state
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -40,6 +41,8 @@ def variant(request, settings, tmp_path):
         request.getfixturevalue("ssh_provider")  # this machine's sshd, on loopback
     if runtime:
         Provider.objects.filter(kind=kind).update(config={"runtime": runtime})
+    if kind == "slurm":
+        request.getfixturevalue("slurm_provider")
     return kind, image
 
 
@@ -54,8 +57,11 @@ def _launch(variant, live_server, command: list[str]):
 
 
 def _alive(backend, handle) -> bool:
-    """Whether anything of the attempt still runs: its container, or its process group (an
-    SSH provider's far host is this machine, so its handle's group is one here too)."""
+    """Whether anything of the attempt still runs: its container, its process group (an
+    SSH provider's far host is this machine, so its handle's group is one here too), or its
+    Slurm job."""
+    if backend.kind == "slurm":
+        return squeue_state(backend.config["slurm_conf"], handle["job_id"]) in LIVE_STATES
     if "container" in handle:
         return backend.containers.state(handle["container"]).running
     return bool(procfs.group_members(handle["pgid"]))
@@ -63,8 +69,13 @@ def _alive(backend, handle) -> bool:
 
 def _kill_hard(backend, handle) -> None:
     """What a host crash does to the runner: SIGKILL, no chance to write an exit record (on
-    an SSH provider's far host, which is this machine)."""
-    if "container" in handle:
+    an SSH provider's far host, which is this machine; on Slurm: to every process of the job,
+    which ends FAILED)."""
+    if backend.kind == "slurm":
+        conf = {**os.environ, "SLURM_CONF": backend.config["slurm_conf"]}
+        argv = ["scancel", "--signal=KILL", "--batch", handle["job_id"]]
+        subprocess.run(argv, env=conf, check=True)
+    elif "container" in handle:
         backend.containers.kill(handle["container"])
     else:
         os.killpg(handle["pgid"], signal.SIGKILL)
@@ -116,7 +127,7 @@ def test_poll_reports_the_exit_code(variant, live_server):
     handle = backend.launch(request, bootstrap)
     try:
         result = wait_until(
-            lambda: (r := backend.poll(handle)).state != "running" and r,
+            lambda: (r := backend.poll(handle)).state not in {"queued", "running"} and r,
             30,
             what="the runner to finish",
         )

@@ -28,8 +28,8 @@ from apps.providers.backends.ssh import SshBackend
 from runner import procfs
 from tests.factories import OrganizationFactory
 from tests.live import free_port, wait_until
-from tests.providers.conftest import ssh_config
 from tests.providers.helpers import launch_args
+from tests.providers.ssh_fixtures import ssh_config
 from tests.providers.sshd import keygen
 
 

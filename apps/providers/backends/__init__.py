@@ -18,6 +18,7 @@ from apps.providers.models import Provider
 REGISTRY: dict[str, str] = {
     Provider.Kind.LOCAL: "apps.providers.backends.local.LocalBackend",
     Provider.Kind.SSH: "apps.providers.backends.ssh.SshBackend",
+    Provider.Kind.SLURM: "apps.providers.backends.slurm.SlurmBackend",
 }
 
 

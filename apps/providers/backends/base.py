@@ -78,7 +78,8 @@ class LaunchRequest:
     ephemeral_disk_gb: int
     image: str
     extra_env: dict[str, str] = field(default_factory=dict)
-    # The job's runtime limit, for a provider that enforces one itself (Slurm's --time).
+    # The job's max runtime, for a batch system's own time limit (Slurm's --time); None
+    # when the job has none.
     max_runtime_hours: float | None = None
 
 

@@ -1,5 +1,7 @@
-"""Fixtures for the provider tests: a real sshd on loopback, and an SSH provider on it that
-placement picks (the seeded local provider is disabled for the test)."""
+"""SSH fixtures: a real sshd on loopback for the session (`sshd`), a fresh control-plane SSH
+state directory per test (`ssh_state`), and an SSH provider on the sshd that placement picks
+(`ssh_provider`; the seeded local provider is disabled for the test). Registered once for
+the whole suite by tests/conftest.py, so one sshd serves every test of a session."""
 
 from __future__ import annotations
 
