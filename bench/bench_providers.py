@@ -178,7 +178,6 @@ def poll_medians_ms(api: Api) -> dict[str, float]:
 def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.providers.slurm_cluster import SlurmCluster, available
-
     from tests.providers.sshd import make_sshd
 
     why = available()

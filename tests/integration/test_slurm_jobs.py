@@ -3,10 +3,28 @@ batch job of a real single-node cluster → ingestion → `succeeded`."""
 
 from __future__ import annotations
 
-import pytest
+import sys
+from datetime import datetime, timedelta
 
-from apps.jobs.models import Attempt
+import pytest
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from apps.billing.models import Transfer
+from apps.jobs.live.partials import state_context
+from apps.jobs.models import Artifact, Attempt, JobEvent
+from apps.providers.models import Provider
+from tests.factories import ProjectFactory
 from tests.integration.conftest import TERMINAL
+from tests.integration.stack import wait_for
+from tests.integration.test_preemption_run import (
+    MAX_STEPS,
+    assert_attempts_never_overlap,
+    checkpoint_uploaded,
+    final_curve,
+    submit_finetune,
+)
+from tests.live import ROOT
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -25,3 +43,86 @@ def test_an_api_job_runs_on_the_slurm_provider_to_succeeded(slurm_provider, slur
     system = [line["message"] for line in api.logs(job["id"], source="system")]
     assert any(message.startswith("allocated slurm: cpu x1") for message in system)
     assert slurm_cluster.job_state(slurm_id) in {None, "COMPLETED"}
+
+
+def _queue_reason(api, job_id: str) -> str:
+    job = api.job(job_id)
+    attempts = job["attempts"]
+    return attempts[-1]["queue_reason"] if job["state"] == "provisioning" and attempts else ""
+
+
+def test_a_job_queued_behind_a_full_partition_is_provisioning_with_slurms_reason_unbilled(
+    slurm_provider, slurm_cluster, api
+):
+    blocker = slurm_cluster.sbatch("--partition=low", "--cpus-per-task=2", "--wrap", "sleep 300")
+    wait_for(lambda: slurm_cluster.job_state(blocker) == "RUNNING", 30, what="the blocker")
+    job = api.submit(command=["bash", "-c", "echo ran after the queue"])
+
+    reason = wait_for(lambda: _queue_reason(api, job["id"]), 60, what="the queue reason")
+    assert reason in {"Resources", "Priority"}
+    queued = [e for e in api.events(job["id"]) if e["type"] == "provider_queued"]
+    assert [e["data"]["reason"] for e in queued] == [reason]  # said once, not every pass
+    assert f"Queued at slurm: {reason}" in queued[0]["message"]
+    attempt = Attempt.objects.select_related("provider").get(job__public_id=job["id"])
+    page = render_to_string("jobs/partials/status.html", state_context(attempt.job))
+    assert f"queued at slurm: {reason}" in page
+    # Five seconds later (five reconcile passes; the stack's clock runs 60 times fast, so
+    # five billed minutes if the queue were billed) it still waits, unbilled and not lost.
+    since = datetime.fromisoformat(queued[0]["created_at"])
+    wait_for(lambda: timezone.now() - since > timedelta(seconds=5), 10, what="five passes")
+    waiting = api.job(job["id"])
+    assert (waiting["state"], waiting["accrued_usd"]) == ("provisioning", 0)
+    assert waiting["attempts"][0]["billed_minutes"] == 0
+    assert waiting["attempts"][0]["billing_started_at"] is None
+    assert not Transfer.objects.filter(job__public_id=job["id"], code="usage").exists()
+
+    slurm_cluster.run("scancel", blocker)
+    done = api.wait_state(job["id"], TERMINAL, timeout=90)
+    assert done["state"] == "succeeded"
+    [ran] = done["attempts"]
+    assert ran["queue_reason"] == ""
+    attempt.refresh_from_db()
+    assert attempt.billing_started_at - attempt.allocated_at > timedelta(seconds=5)
+    # Billed from when Slurm started it, not from the queue (accounted time is wall x 60).
+    ran_seconds = (attempt.ended_at - attempt.billing_started_at).total_seconds()
+    assert ran["billed_minutes"] == max(1, int(ran_seconds * 60 // 60))
+    assert [line["message"] for line in api.logs(job["id"], source="user")] == [
+        "ran after the queue"
+    ]
+
+
+def test_a_preemptible_finetune_preempted_by_a_high_partition_job_resumes_from_its_checkpoint(
+    slurm_provider, slurm_cluster, api, compute_org, tiny_model, demo_data
+):
+    # The trainer runs on the node from this checkout, with this virtualenv's interpreter.
+    provider = Provider.objects.get(pk=slurm_provider.pk)
+    provider.config = {**provider.config, "python": sys.executable, "pythonpath": str(ROOT)}
+    provider.save()
+    project = ProjectFactory(organization=compute_org)
+    finetune = submit_finetune(api, project, "cpu", tiny_model, demo_data, priority="preemptible")
+    wait_for(lambda: checkpoint_uploaded(finetune, 4), timeout=240, what="a step-4 checkpoint")
+
+    # A job in the higher-tier partition takes the node: Slurm preempts the attempt.
+    high = slurm_cluster.sbatch("--partition=high", "--cpus-per-task=2", "--wrap", "sleep 15")
+    wait_for(
+        lambda: any(
+            e["type"] == "state_changed" and e["data"].get("to") == "preempted"
+            for e in api.events(finetune)
+        ),
+        timeout=60,
+        what="the attempt to be reclaimed",
+    )
+    # The next attempt waits in Slurm's queue behind the high job, then resumes.
+    assert wait_for(lambda: _queue_reason(api, finetune), 60, what="attempt 2 queued")
+    assert slurm_cluster.job_state(high) == "RUNNING"
+
+    finished = api.wait_state(finetune, TERMINAL, timeout=300)
+    assert finished["state"] == "succeeded", [m["message"] for m in api.logs(finetune)][-30:]
+    changes = [e["data"] for e in api.events(finetune) if e["type"] == "state_changed"]
+    assert any(c["to"] == "preempted" and c["reason"] == "reclaimed" for c in changes)
+    assert finished["attempts"][0]["end_reason"] == "reclaimed"
+    uploaded = Artifact.objects.filter(job__public_id=finetune, attempt=1, kind="checkpoint")
+    resumed = JobEvent.objects.get(job__public_id=finetune, type="resumed_from_checkpoint")
+    assert resumed.data["step"] == max(a.step for a in uploaded)
+    assert sorted(final_curve(finetune)) == list(range(1, MAX_STEPS + 1))  # never back
+    assert_attempts_never_overlap(finetune)

@@ -20,6 +20,7 @@ from apps.providers.models import Provider
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
 from tests.providers.helpers import launch_args
+from tests.providers.sshd import keygen
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -252,7 +253,7 @@ def test_check_names_the_partition_or_what_is_wrong(slurm_provider, slurm_cluste
         SlurmBackend({**config, "partition": "gpu"}).check()
     with pytest.raises(PermanentBackendError, match=r"^sinfo failed: .*missing.conf is not a file"):
         SlurmBackend({**config, "slurm_conf": str(tmp_path / "missing.conf")}).check()
-    with pytest.raises(PermanentBackendError, match="not yet supported"):
+    with pytest.raises(PermanentBackendError, match="must be an object"):
         SlurmBackend({**config, "login": "ops@login-1"}).check()
 
     offers = SlurmBackend({k: v for k, v in config.items() if k != "slots"}).offers()
@@ -334,3 +335,36 @@ def test_a_request_the_cluster_refuses_fails_the_launch_for_good(
     assert not (workdir / "runner.token").exists()  # nothing will read it
     assert not (workdir / "handle.json").exists()
     assert slurm_cluster.jobs_named(job_name(request.job_id, request.attempt)) == []
+
+
+def _login(sshd) -> dict:
+    return {"host": sshd.host, "port": sshd.port, "user": sshd.user, "host_key": sshd.host_key}
+
+
+def test_through_an_ssh_login_node_check_and_a_whole_attempt_work(
+    slurm_provider, slurm_cluster, sshd, ssh_state, live_server
+):
+    provider = Provider.objects.get(pk=slurm_provider.pk)
+    provider.config = {**provider.config, "login": _login(sshd)}
+    provider.set_credentials({"private_key": sshd.private_key})
+    provider.save()
+    backend = SlurmBackend(provider.config, provider.credentials())
+    assert backend.transport.describe() == f"{sshd.user}@127.0.0.1:{sshd.port}"
+    assert backend.check()[0].startswith("partition low (up)")
+
+    backend, request, bootstrap = _launch(live_server, ["bash", "-c", "echo far; exit 7"])
+    handle = backend.launch(request, bootstrap)
+    try:
+        result = _polled(backend, handle, "exited", timeout=60)
+        assert result.exit_code == 7
+    finally:
+        backend.release(handle)
+
+
+def test_a_login_node_whose_host_key_does_not_match_is_refused(
+    slurm_provider, sshd, ssh_state, tmp_path
+):
+    _, other = keygen(tmp_path / "other")
+    config = {**slurm_provider.config, "login": {**_login(sshd), "host_key": other}}
+    with pytest.raises(PermanentBackendError, match=r"(?i)host key"):
+        SlurmBackend(config, {"private_key": sshd.private_key}).check()

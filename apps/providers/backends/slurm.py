@@ -26,8 +26,10 @@ Config keys (the Provider's `config`):
   else Slurm's own default).
 - `multi_tenant`: every job runs as the same Unix user, so workloads of different
   organizations could see each other: the provider is single-tenant unless this is true.
-- `login`: an SSH login node. **Not yet supported** (an SshTransport will drive it): a
-  provider with it fails its launches and checks with a PermanentBackendError saying so.
+- `login`: an SSH login node, `{"host", "port", "user", "host_key"}` (the host key pinned as
+  for an SSH provider; the private key is the provider's write-only credential
+  `private_key`). Without it, the Slurm commands run on this host, which must then be a
+  Slurm client of the cluster.
 
 Billing starts when the job runs (`ALLOCATES_AT_LAUNCH = False`): until then `poll` answers
 `queued` with Slurm's reason (Priority, Resources, ...). A preempted job (or one whose node
@@ -45,6 +47,8 @@ import posixpath
 import threading
 from typing import Any
 
+from django.conf import settings
+
 from apps.providers.backends.base import (
     Backend,
     Bootstrap,
@@ -56,6 +60,7 @@ from apps.providers.backends.base import (
     RetryableBackendError,
 )
 from apps.providers.backends.bundle import bundle_name, install_bundle
+from apps.providers.backends.ssh_transport import SshTransport
 from apps.providers.backends.transport import LocalTransport, Transport
 from runner import protocol
 
@@ -71,15 +76,20 @@ _installed: set[tuple[str, str, str]] = set()
 _installed_lock = threading.Lock()
 
 
-def login_transport(login: str, credentials: dict[str, str]) -> Transport:
-    """The Transport to the SSH login node `login` (`user@host[:port]`).
-
-    NOT YET: the SshTransport (apps/providers/backends/ssh transport, with the provider's
-    private key from `credentials`) is being written on another branch; once it is in, build
-    it here and every op of this backend runs on the login node unchanged."""
-    raise PermanentBackendError(
-        "slurm: config `login` (an SSH login node) is not yet supported; run the control "
-        "plane on a Slurm client host and leave `login` unset"
+def login_transport(login: dict[str, Any], credentials: dict[str, str]) -> Transport:
+    """The Transport to the SSH login node `login` ({"host", "port", "user", "host_key"},
+    as an SSH provider's config has them), logging in with the provider's private key."""
+    if not isinstance(login, dict):
+        raise PermanentBackendError(
+            'slurm: config `login` must be an object: {"host", "port", "user", "host_key"}'
+        )
+    return SshTransport(
+        host=str(login.get("host") or ""),
+        port=int(login.get("port") or 22),
+        user=str(login.get("user") or ""),
+        host_key=str(login.get("host_key") or ""),
+        private_key=credentials.get("private_key", ""),
+        state_dir=settings.SSH_STATE_DIR,
     )
 
 
