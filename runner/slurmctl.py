@@ -315,7 +315,9 @@ def poll(workdir: Path, job_id: str, name: str | None = None) -> dict[str, Any]:
     if name and state and found_name != name:
         state = ""  # the number is another job's now
     if state in QUEUED:
-        return {"state": "queued", "exit_code": None, "detail": reason if reason else state}
+        # "None": Slurm has not looked at the job yet; the state says as much.
+        detail = reason if reason and reason != "None" else state
+        return {"state": "queued", "exit_code": None, "detail": detail}
     if state in RUNNING:
         return {"state": "running", "exit_code": None, "detail": nodes}
     if state in RECLAIMED:

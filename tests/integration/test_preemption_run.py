@@ -60,7 +60,9 @@ def submit(api, solo: str, *, priority: str, code: str, name: str = "job") -> st
     return response.json()["id"]
 
 
-def submit_finetune(api, project, solo, tiny_model, demo_data, *, priority: str) -> str:
+def submit_finetune(
+    api, project, solo, tiny_model, demo_data, *, priority: str, max_steps: int = MAX_STEPS
+) -> str:
     response = api.session.post(
         f"{api.base}/api/v1/projects/{project.public_id}/finetunes",
         json={
@@ -68,7 +70,7 @@ def submit_finetune(api, project, solo, tiny_model, demo_data, *, priority: str)
             "model": str(tiny_model),
             "dataset": str(demo_data["alpaca"]),
             "dataset_format": "alpaca",
-            "max_steps": MAX_STEPS,
+            "max_steps": max_steps,
             "save_steps": SAVE_STEPS,
             "learning_rate": 0.003,
             "priority_class": priority,

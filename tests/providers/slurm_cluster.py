@@ -153,7 +153,10 @@ class SlurmCluster:
             "AccountingStorageType": "accounting_storage/none",
             "KillWait": 5,
             "MinJobAge": MIN_JOB_AGE_S,
-            "SchedulerParameters": "batch_sched_delay=0,sched_min_interval=100000,bf_interval=1",
+            # The main loop (which preempts) every 2 s, not every 60 s.
+            "SchedulerParameters": (
+                "batch_sched_delay=0,sched_min_interval=100000,sched_interval=2,bf_interval=1"
+            ),
             "PreemptType": "preempt/partition_prio",
             "PreemptMode": "REQUEUE",
         }
