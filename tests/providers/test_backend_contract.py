@@ -7,14 +7,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from apps.jobs.models import Attempt
 from apps.providers.backends import REGISTRY
 from apps.providers.models import Provider
-from runner import procfs
+from runner import procfs, protocol
+from tests.containers import containers_of_job
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
 from tests.providers.helpers import launch_args
@@ -101,6 +104,59 @@ def test_launch_is_idempotent_per_attempt(variant, live_server):
         backend.release(handle)
     # SIGKILL is sent at once; the kernel takes a moment to reap the group.
     wait_until(lambda: not _alive(backend, handle), 10, what="the attempt to be gone")
+
+
+def _instances(backend, handle, request) -> int:
+    """How many copies of the attempt were started: Slurm jobs with its name, containers
+    with its labels, or runner processes carrying its job id (a far host is this machine)."""
+    if backend.kind == "slurm":
+        env = {**os.environ, "SLURM_CONF": backend.config["slurm_conf"]}
+        argv = ["squeue", "-h", "--states", "all", "--name", handle["name"], "-o", "%i"]
+        listed = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+        return len(listed.stdout.split())
+    if "container" in handle:
+        return len(containers_of_job(request.job_id))
+    marker = f"{protocol.ENV_JOB_ID}={request.job_id}"
+    runners = 0
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = [a for a in Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0") if a]
+        except OSError:
+            continue
+        is_runner = argv[1:3] == [b"-m", b"runner"] or (
+            len(argv) == 2 and argv[1].endswith(b".pyz")
+        )
+        if is_runner and procfs.environ_has(int(entry), [marker]):
+            runners += 1
+    return runners
+
+
+def test_four_racing_launches_start_the_attempt_once(variant, live_server):
+    backend, request, bootstrap = _launch(variant, live_server, ["sleep", "30"])
+    gate = threading.Barrier(4)
+    handles, errors = [], []
+
+    def launch() -> None:
+        gate.wait()
+        try:
+            handles.append(backend.launch(request, bootstrap))
+        except Exception as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=launch) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    try:
+        assert errors == [] and len(handles) == 4
+        assert all(handle == handles[0] for handle in handles)
+        wait_until(lambda: _started(request), 60, what="the runner's started report")
+        assert _instances(backend, handles[0], request) == 1
+    finally:
+        for handle in handles[:1]:
+            backend.release(handle)
+    wait_until(lambda: not _alive(backend, handles[0]), 20, what="the attempt to be gone")
 
 
 def test_terminate_returns_at_once_and_ends_the_attempt_within_the_grace(variant, live_server):
