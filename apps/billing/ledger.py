@@ -40,13 +40,13 @@ def lock_wallet(organization_id: int) -> Account:
     """The organization's wallet, its row locked until the transaction ends. Every check of
     the available balance followed by a hold takes this lock first."""
     wallet = (
-        Account.objects.select_for_update()
+        Account.objects.select_for_update(no_key=True)
         .filter(organization_id=organization_id, kind=Kind.WALLET)
         .first()
     )
     if wallet is None:
         accounts_for(organization_id)
-        wallet = Account.objects.select_for_update().get(
+        wallet = Account.objects.select_for_update(no_key=True).get(
             organization_id=organization_id, kind=Kind.WALLET
         )
     return wallet

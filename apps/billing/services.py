@@ -40,7 +40,7 @@ def budget_create(
     """A new budget; `fields` are those of EDITABLE (thresholds default to 50/80/100 %)."""
     fields.setdefault("thresholds", list(DEFAULT_THRESHOLDS))
     with transaction.atomic():
-        Organization.objects.select_for_update().filter(pk=organization.pk).first()
+        Organization.objects.select_for_update(no_key=True).filter(pk=organization.pk).first()
         budget = Budget(
             public_id=new_public_id("bud"),
             organization=organization,
@@ -55,7 +55,9 @@ def budget_create(
 def budget_update(*, budget: Budget, **fields: Any) -> Budget:
     """Change some of a budget's EDITABLE fields."""
     with transaction.atomic():
-        Organization.objects.select_for_update().filter(pk=budget.organization_id).first()
+        Organization.objects.select_for_update(no_key=True).filter(
+            pk=budget.organization_id
+        ).first()
         budget = Budget.objects.select_related("project").get(pk=budget.pk)
         for name, value in fields.items():
             setattr(budget, name, value)

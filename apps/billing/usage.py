@@ -39,7 +39,7 @@ def record(
     """Bring an attempt's meter to `billed_minutes` (opening it on first sight) and post
     what they added. `ended_at` closes the meter (the attempt holds no hardware)."""
     with transaction.atomic():
-        meter = Meter.objects.select_for_update().filter(attempt_id=attempt_id).first()
+        meter = Meter.objects.select_for_update(no_key=True).filter(attempt_id=attempt_id).first()
         if meter is None:
             meter = Meter.objects.create(
                 attempt_id=attempt_id,

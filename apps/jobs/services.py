@@ -46,8 +46,14 @@ class WaitingJobsLimit(ApiError):
 def _check_waiting_limit(organization: Organization) -> None:
     """At most MAX_WAITING_JOBS_PER_ORG of an organization's jobs wait in `requested`.
     The organization's row is locked, so concurrent submits cannot both take the last
-    place; the count comes from the per-state counters, not from counting jobs."""
-    Organization.objects.select_for_update().filter(pk=organization.pk).first()
+    place; the count comes from the per-state counters, not from counting jobs.
+
+    Row locks here are FOR NO KEY UPDATE (`no_key=True`), as everywhere a row is locked to
+    serialise writers rather than to delete it: a plain FOR UPDATE would also block the
+    FOR KEY SHARE that every insert referencing the row takes (a dispatch writing a meter
+    for the organization), and a submit waiting on that dispatch's counter row deadlocked
+    with it."""
+    Organization.objects.select_for_update(no_key=True).filter(pk=organization.pk).first()
     waiting = (
         JobCounter.objects.filter(organization=organization, state=JobState.REQUESTED).aggregate(
             total=Sum("count")
@@ -219,7 +225,11 @@ def job_transition(
     """Move a job to `to` if the transition table allows it; raise IllegalTransition (and
     change nothing) if it does not. Locks the job's row for the rest of the transaction."""
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",)).select_related("project").get(pk=job_id)
+        job = (
+            Job.objects.select_for_update(of=("self",), no_key=True)
+            .select_related("project")
+            .get(pk=job_id)
+        )
         current = job.state
         if not states.is_legal(current, to):
             raise IllegalTransition(job.public_id, current, to)
@@ -258,7 +268,7 @@ def job_terminate(*, job: Job, reason: str = "cancelled", message: str = "") -> 
     it is. A job that holds no hardware ends `terminated` at once; one that does goes
     `terminating` and the reconcile loop releases its hardware."""
     with transaction.atomic():
-        locked = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+        locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
         if locked.is_terminal or locked.state == JobState.TERMINATING:
             return locked
         held_nothing = locked.state in states.NOTHING_TO_RELEASE

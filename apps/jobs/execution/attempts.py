@@ -140,7 +140,9 @@ def lock_current(attempt_id: int) -> tuple[Job, Attempt]:
     attempt is not the job's current one."""
     attempt = Attempt.objects.select_related("provider").get(pk=attempt_id)
     job = (
-        Job.objects.select_for_update(of=("self",)).select_related("project").get(pk=attempt.job_id)
+        Job.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("project")
+        .get(pk=attempt.job_id)
     )
     attempt.refresh_from_db()
     if attempt.number != job.attempt_count:

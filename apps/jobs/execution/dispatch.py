@@ -52,7 +52,7 @@ def _count_delivery(job_id: int) -> bool:
     """Count this delivery (committed at once, so a crash later still counts it). A job
     whose dispatch keeps crashing fails `dispatch_crash`. False when there is nothing to do."""
     with transaction.atomic():
-        job = Job.objects.select_for_update().filter(pk=job_id).first()
+        job = Job.objects.select_for_update(no_key=True).filter(pk=job_id).first()
         if job is None or job.state not in DISPATCHABLE:
             return False
         if job.dispatch_deliveries >= settings.DISPATCH_MAX_DELIVERIES:
@@ -69,7 +69,7 @@ def allocate(job_id: int) -> Attempt | None:
     one (apps.jobs.execution.preemption) and waits for its place; a new job that still finds none
     after NO_CAPACITY_TIMEOUT_S fails `no_capacity`. A preempted job keeps waiting."""
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        job = Job.objects.select_for_update(of=("self",), no_key=True).filter(pk=job_id).first()
         if job is None or job.state not in WAITING:
             return None
         offer = lock_offer_with_capacity(job)
@@ -145,7 +145,7 @@ def launch(job_id: int) -> None:
     `provisioning` first, so a crash after the launch is seen as a provisioning job whose
     launch must be checked, never as an allocation that may be launched anew."""
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        job = Job.objects.select_for_update(of=("self",), no_key=True).filter(pk=job_id).first()
         if job is None or job.state not in {JobState.ALLOCATING, JobState.PROVISIONING}:
             return
         attempt = current_attempt(job)
@@ -173,7 +173,7 @@ def launch(job_id: int) -> None:
     except PermanentBackendError as exc:
         reason = exc.reason
         with transaction.atomic():
-            locked = Job.objects.select_for_update().get(pk=job_id)
+            locked = Job.objects.select_for_update(no_key=True).get(pk=job_id)
             if locked.state in DISPATCHABLE:
                 services.system_log(job=locked, attempt=attempt.number, message=str(exc))
                 _fail(locked, reason, str(exc))

@@ -33,7 +33,7 @@ def grace_for(reason: str | None) -> float:
 def enforce_limits(job_id: int) -> None:
     """Bill the job to now and terminate it when a limit binds."""
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        job = Job.objects.select_for_update(of=("self",), no_key=True).filter(pk=job_id).first()
         if job is None or job.state not in LIVE_JOB_STATES:
             return
         accrued = bill(job)
@@ -73,7 +73,7 @@ def enforce_budgets() -> int:
             jobs = jobs.filter(project_id=scope.project_id)
         for job in jobs:
             with transaction.atomic():
-                locked = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+                locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
                 stop_billing(locked)
                 services.job_terminate(job=locked, reason=BUDGET_EXHAUSTED, message=scope.why)
             ended += 1

@@ -167,9 +167,9 @@ def lock_offer_with_capacity(job) -> Offer | None:
         if reads_host_paths and not tenant_bound:
             continue  # a path on the host is no one else's business, and no container's
         if tenant_bound:
-            Provider.objects.select_for_update().filter(pk=candidate.provider_id).first()
+            Provider.objects.select_for_update(no_key=True).filter(pk=candidate.provider_id).first()
         offer = (
-            Offer.objects.select_for_update(of=("self",))
+            Offer.objects.select_for_update(of=("self",), no_key=True)
             .select_related("provider", "accelerator")
             .filter(pk=candidate.pk, enabled=True, provider__enabled=True)
             .first()

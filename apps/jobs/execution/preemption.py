@@ -145,7 +145,7 @@ def reclaim_attempt(job: Job, *, reason: str = RECLAIMED, grace_s: float | None 
     instance does: SIGTERM to the workload from outside, SIGKILL after the grace period. The
     exit that follows moves the job to `preempted` (reason `reclaimed`)."""
     with transaction.atomic():
-        locked = Job.objects.select_for_update(of=("self",)).get(pk=job.pk)
+        locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
         attempt = (
             Attempt.objects.select_related("provider")
             .filter(job=locked, number=locked.attempt_count, ended_at__isnull=True)

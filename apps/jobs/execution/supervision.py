@@ -178,7 +178,7 @@ def finalize(job_id: int) -> None:
     """Finish a job whose workload has ended: `finalizing` → succeeded/failed by exit code;
     `terminating` → terminated once the runner is gone or has reported its exit."""
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",)).filter(pk=job_id).first()
+        job = Job.objects.select_for_update(of=("self",), no_key=True).filter(pk=job_id).first()
         if job is None:
             return
         attempt = job.attempts.select_related("provider").filter(number=job.attempt_count).first()
@@ -391,7 +391,7 @@ def _record_diagnostics(job: Job, attempt: Attempt, backend: Backend) -> None:
 
 def finalize_terminating_without_runner(job_id: int) -> None:
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",)).get(pk=job_id)
+        job = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job_id)
         if job.state != JobState.TERMINATING:
             return
         attempt = job.attempts.select_related("provider").filter(number=job.attempt_count).first()

@@ -57,7 +57,7 @@ def remember_mask_values(attempt: Attempt, values: Iterable[str]) -> None:
         return
     with transaction.atomic():
         stored = (
-            Attempt.objects.select_for_update()
+            Attempt.objects.select_for_update(no_key=True)
             .filter(pk=attempt.pk)
             .values_list("mask_values_encrypted", flat=True)
             .first()
