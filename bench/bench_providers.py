@@ -260,7 +260,7 @@ def main() -> int:
         print(
             f"providers: {kind} submit → running median {median_ms:.0f} ms over {JOBS} jobs "
             f"(ratio to local {median_ms / local_ms:.2f}); poll of a live attempt median "
-            f"{polls[kind]:.1f} ms (ratio to local {polls[kind] / polls['local']:.1f})"
+            f"{polls[kind]:.3f} ms (ratio to local {polls[kind] / polls['local']:.0f})"
         )
     return 0
 
