@@ -32,20 +32,27 @@ Standard library only (python3 >= 3.9 on the login node, nothing installed).
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-TOKEN_FILE = "runner.token"
-HANDLE_FILE = "handle.json"
-EXIT_FILE = "exit.json"
+# The work directory's files are the host runtime's: one lock, handle, token and exit record.
+from runner.hostctl import (
+    HANDLE_FILE,
+    LOCK_FILE,
+    TOKEN_FILE,
+    locked,
+    read_handle,
+    recorded_exit,
+    write_json,
+    write_token,
+)
+
 RUNNER_PID_FILE = "runner.pid"
 BATCH_SCRIPT = "batch.sh"
 OUTPUT_PATTERN = "slurm-%j.out"
@@ -153,50 +160,6 @@ def _gone(result: subprocess.CompletedProcess[str]) -> bool:
 # -- files of the work directory ---------------------------------------------------------
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(data))
-    os.replace(temporary, path)
-
-
-def recorded_exit(workdir: Path) -> int | None:
-    """The exit code the runner wrote to exit.json, or None."""
-    data = _read_json(workdir / EXIT_FILE)
-    try:
-        return int(data["exit_code"]) if data is not None else None
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-def write_token(workdir: Path, token: str) -> Path:
-    """The token in a new file only its owner may read (a leftover one is replaced)."""
-    path = workdir / TOKEN_FILE
-    with suppress(FileNotFoundError):
-        path.unlink()
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(token)
-    return path
-
-
 def batch_script(workdir: Path, python: str, bundle: str, env: dict[str, str]) -> str:
     """The batch job: the runner, in an environment of `env`, the token file's path and
     what `KEPT_FROM_SLURM` keeps of the job's own; never the token."""
@@ -228,8 +191,8 @@ def submit(workdir: Path, spec: dict[str, Any]) -> dict[str, Any]:
     """The attempt's handle: its Slurm job, submitted now unless it already has one."""
     name = str(spec["job_name"])
     workdir.mkdir(parents=True, exist_ok=True)
-    with _locked(workdir / "launch.lock"):
-        existing = _read_json(workdir / HANDLE_FILE)
+    with locked(workdir / LOCK_FILE):
+        existing = read_handle(workdir)
         if existing is not None:
             return existing
         jobs = _jobs_named(name)
@@ -237,7 +200,7 @@ def submit(workdir: Path, spec: dict[str, Any]) -> dict[str, Any]:
             handle = {"job_id": jobs[0], "name": name, "workdir": str(workdir)}
         else:
             handle = {"job_id": _sbatch(workdir, name, spec), "name": name, "workdir": str(workdir)}
-        _write_json(workdir / HANDLE_FILE, handle)
+        write_json(workdir / HANDLE_FILE, handle)
         return handle
 
 

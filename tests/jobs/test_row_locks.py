@@ -16,7 +16,7 @@ from apps.jobs.states import JobState
 from apps.projects.models import Project
 from tests.jobs.helpers import make_job
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
 def test_a_submit_and_a_dispatch_of_one_organization_do_not_deadlock(org):

@@ -13,10 +13,12 @@ from tests.jobs.helpers import make_job
 
 
 def launch_args(
-    org, *, image: str, control_url: str, command: list[str]
+    org, *, image: str, control_url: str, command: list[str], secret_env: dict | None = None
 ) -> tuple[Backend, LaunchRequest, Bootstrap, Attempt]:
-    """A job of `org` running `command` in `image`, allocated; what `launch` takes for it."""
-    job = make_job(org, container={"image": image, "command": command})
+    """A job of `org` running `command` in `image` (with `secret_env`), allocated; what
+    `launch` takes for it."""
+    container = {"image": image, "command": command, "secret_env": secret_env or {}}
+    job = make_job(org, container=container)
     attempt = allocate(job.pk)
     request = LaunchRequest(
         job_id=job.public_id,

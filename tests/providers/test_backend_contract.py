@@ -16,6 +16,7 @@ import pytest
 from apps.jobs.models import Attempt
 from apps.providers.backends import REGISTRY
 from apps.providers.models import Provider
+from apps.secrets import services as secret_services
 from runner import procfs, protocol
 from tests.containers import containers_of_job
 from tests.factories import OrganizationFactory
@@ -188,6 +189,38 @@ def test_poll_reports_the_exit_code(variant, live_server):
             what="the runner to finish",
         )
         assert (result.state, result.exit_code) == ("exited", 7)
+    finally:
+        backend.release(handle)
+
+
+def test_the_workload_gets_its_secret_and_its_lines_arrive_masked(variant, live_server):
+    _, image = variant
+    org = OrganizationFactory(compute_enabled=True)
+    secret = secret_services.secret_create(
+        organization=org, name="hub", data={"HF_TOKEN": "hf_contract-value"}
+    )
+    backend, request, bootstrap, attempt = launch_args(
+        org,
+        image=image,
+        control_url=live_server.url,
+        command=["bash", "-c", 'echo "token=$HF_TOKEN"; echo "length=${#HF_TOKEN}" >&2'],
+        secret_env={"HF_TOKEN": {"secret_id": secret.public_id, "key": "HF_TOKEN"}},
+    )
+    handle = backend.launch(request, bootstrap)
+    try:
+        result = wait_until(
+            lambda: (r := backend.poll(handle)).state == "exited" and r, 60, what="the exit"
+        )
+        assert result.exit_code == 0
+        lines = wait_until(
+            lambda: (
+                sorted(attempt.job.log_lines.filter(source="user").values_list("stream", "message"))
+                or None
+            ),
+            10,
+            what="the workload's lines",
+        )
+        assert lines == [("stderr", "length=17"), ("stdout", "token=***")]
     finally:
         backend.release(handle)
 
