@@ -12,6 +12,7 @@ from django.utils import timezone
 from apps.accounts.models import Organization
 from apps.core.crypto import encrypt_data, rotate_token
 from apps.core.errors import Conflict
+from apps.providers.models import Provider
 from apps.secrets.models import Secret
 from apps.secrets.validation import validate_data, validate_name
 
@@ -85,3 +86,19 @@ def secrets_rotate(*, batch_size: int = ROTATE_BATCH_SIZE) -> int:
             Secret.objects.bulk_update(batch, ["ciphertext"])
         rotated += len(batch)
         last_id = batch[-1].id
+
+
+def provider_credentials_rotate() -> int:
+    """Re-encrypt every provider's write-only credentials (an SSH private key) with the
+    newest key of SECRETS_KEYS, rows locked, in one transaction (providers are few); returns
+    how many. Raises SecretUndecryptable when a row opens with none of the keys."""
+    with transaction.atomic():
+        providers = list(
+            Provider.objects.select_for_update(no_key=True)
+            .exclude(credentials_encrypted="")
+            .only("id", "credentials_encrypted")
+        )
+        for provider in providers:
+            provider.credentials_encrypted = rotate_token(provider.credentials_encrypted)
+        Provider.objects.bulk_update(providers, ["credentials_encrypted"])
+    return len(providers)

@@ -6,6 +6,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from apps.core.crypto import SecretUndecryptable, decrypt_data
+from apps.providers.models import Provider
 from apps.secrets import services
 from apps.secrets.models import Secret
 
@@ -50,7 +51,10 @@ def test_rotation_re_encrypts_every_row_with_the_newest_key(old_secrets):
 def test_the_command_prints_how_many_it_re_encrypted(old_secrets, capsys):
     with override_settings(SECRETS_KEYS=[NEW, OLD]):
         call_command("rotate_secrets", "--batch-size", "1")
-    assert capsys.readouterr().out == "Re-encrypted 3 secrets with the newest key.\n"
+    assert capsys.readouterr().out == (
+        "Re-encrypted 3 secrets with the newest key.\n"
+        "Re-encrypted the credentials of 0 providers.\n"
+    )
     assert len(_only_new_key_decrypts_every_row()) == 3
 
 
@@ -63,3 +67,16 @@ def test_rotation_stops_on_a_row_no_key_opens(old_secrets):
         services.secrets_rotate()
     with override_settings(SECRETS_KEYS=[OLD]):
         assert decrypt_data(Secret.objects.get(name="a").ciphertext) == {"TOKEN": "one"}
+
+
+def test_provider_credentials_are_re_encrypted_with_the_newest_key(db):
+    with override_settings(SECRETS_KEYS=[OLD]):
+        provider = Provider(name="box", kind=Provider.Kind.SSH)
+        provider.set_credentials({"private_key": "key material"})
+        provider.save()
+        Provider.objects.create(name="keyless", kind=Provider.Kind.SSH)
+    with override_settings(SECRETS_KEYS=[NEW, OLD]):
+        assert services.provider_credentials_rotate() == 1
+    stored = Provider.objects.get(pk=provider.pk).credentials_encrypted
+    only_new = MultiFernet([Fernet(NEW)])
+    assert json.loads(only_new.decrypt(stored.encode())) == {"private_key": "key material"}

@@ -1,4 +1,5 @@
-"""`manage.py rotate_secrets`: re-encrypt every secret with the newest key of SECRETS_KEYS.
+"""`manage.py rotate_secrets`: re-encrypt every secret, and every provider's credentials,
+with the newest key of SECRETS_KEYS.
 
 Rotate by prepending a new key to SECRETS_KEYS, deploying, running this, and only then
 removing the old key. Safe to run again; it prints how many secrets it re-encrypted.
@@ -18,3 +19,5 @@ class Command(BaseCommand):
     def handle(self, *args, batch_size: int, **options) -> None:
         count = services.secrets_rotate(batch_size=batch_size)
         self.stdout.write(f"Re-encrypted {count} secrets with the newest key.")
+        providers = services.provider_credentials_rotate()
+        self.stdout.write(f"Re-encrypted the credentials of {providers} providers.")
