@@ -140,3 +140,38 @@ def test_a_preemptible_finetune_preempted_by_a_high_partition_job_resumes_from_i
     assert resumed.data["step"] == max(a.step for a in uploaded)
     assert sorted(final_curve(finetune)) == list(range(1, STEPS + 1))  # never back
     assert_attempts_never_overlap(finetune)
+
+
+def test_an_attempt_queued_past_the_queue_timeout_is_given_up_and_the_job_placed_again(
+    slurm_provider, slurm_cluster, api
+):
+    provider = Provider.objects.get(pk=slurm_provider.pk)
+    provider.config = {**provider.config, "queue_timeout_s": 3}
+    provider.save()
+    blocker = slurm_cluster.sbatch("--partition=low", "--cpus-per-task=2", "--wrap", "sleep 300")
+    wait_for(lambda: slurm_cluster.job_state(blocker) == "RUNNING", 30, what="the blocker")
+    job = api.submit(command=["bash", "-c", 'echo "ran as attempt $TRAINYARD_ATTEMPT"'])
+
+    wait_for(
+        lambda: any(e["type"] == "queue_timeout" for e in api.events(job["id"])),
+        30,
+        what="the queue timeout",
+    )
+    provider.config = {**provider.config, "queue_timeout_s": 3600}  # the next one may wait
+    provider.save()
+    first = Attempt.objects.get(job__public_id=job["id"], number=1)
+    assert first.end_reason == "queue_timeout" and first.billed_minutes == 0
+    # Its place in Slurm's queue is given up: the batch job is cancelled.
+    wait_for(
+        lambda: slurm_cluster.job_state(first.handle["job_id"]) in {None, "CANCELLED"},
+        30,
+        what="the first batch job to be cancelled",
+    )
+
+    slurm_cluster.run("scancel", blocker)
+    done = api.wait_state(job["id"], TERMINAL, timeout=90)
+    assert done["state"] == "succeeded"
+    assert done["attempts"][0]["end_reason"] == "queue_timeout"
+    assert done["attempts"][-1]["end_reason"] == "exit_code_0"
+    user = [line["message"] for line in api.logs(job["id"], source="user")]
+    assert user == [f"ran as attempt {len(done['attempts'])}"]
