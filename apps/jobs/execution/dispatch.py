@@ -179,6 +179,10 @@ def launch(job_id: int) -> None:
                 _fail(locked, reason, str(exc))
         return
     with transaction.atomic():
+        # The job's row first, as every writer of a job and its attempt takes them: the
+        # runner's `started` (job, then attempt) raced this update (attempt, then job, for
+        # the log line) into a deadlock, and the handle went unrecorded.
+        Job.objects.select_for_update(of=("self",), no_key=True).filter(pk=job_id).first()
         updated = Attempt.objects.filter(pk=attempt.pk, launched_at__isnull=True).update(
             handle=handle, launched_at=timezone.now()
         )
