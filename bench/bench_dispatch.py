@@ -29,11 +29,16 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import suppress
 from datetime import datetime
 from pathlib import Path
 
-from live_stack import TERMINAL, production_stack, setup_django, stop_runners
+from live_stack import (
+    TERMINAL,
+    production_stack,
+    setup_django,
+    stop_runners,
+    terminate_unfinished,
+)
 
 BENCH_DB = "trainyard_bench_dispatch"
 REDIS_URL = os.environ.get("BENCH_DISPATCH_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -130,7 +135,6 @@ def ping_median_ms(worker: str) -> float:
 def main() -> int:
     setup_django(BENCH_DB, REDIS_URL)
     from apps.accounts import services
-    from apps.jobs.models import Job
 
     org = services.organization_create(
         name="bench-dispatch", slug="bench-dispatch", compute_enabled=True
@@ -155,11 +159,7 @@ def main() -> int:
             raise
         finally:
             if api is not None:
-                for job_id in Job.objects.exclude(state__in=TERMINAL).values_list(
-                    "public_id", flat=True
-                ):
-                    with suppress(Exception):
-                        api.terminate(job_id)
+                terminate_unfinished(api.terminate)
             stack.stop()
             stop_runners()
 

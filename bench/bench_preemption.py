@@ -33,7 +33,13 @@ import uuid
 from contextlib import suppress
 from pathlib import Path
 
-from live_stack import TERMINAL, production_stack, setup_django, stop_runners
+from live_stack import (
+    TERMINAL,
+    production_stack,
+    setup_django,
+    stop_runners,
+    terminate_unfinished,
+)
 
 BENCH_DB = "trainyard_bench_preemption"
 REDIS_URL = os.environ.get("BENCH_PREEMPTION_REDIS_URL", "redis://127.0.0.1:6379/12")
@@ -180,7 +186,6 @@ def main() -> int:
     setup_django(BENCH_DB, REDIS_URL)
     from apps.accounts import services
     from apps.accounts.models import User
-    from apps.jobs.models import Job
     from apps.projects.models import Project
     from trainer.demo_data import write_demo_datasets
     from trainer.tiny import build_tiny_model
@@ -237,11 +242,9 @@ def main() -> int:
             raise
         finally:
             if api is not None:
-                for left in Job.objects.exclude(state__in=TERMINAL).values_list(
-                    "public_id", flat=True
-                ):
-                    with suppress(Exception):
-                        api.post(f"/api/v1/compute/jobs/{left}/terminate", status=200)
+                terminate_unfinished(
+                    lambda left: api.post(f"/api/v1/compute/jobs/{left}/terminate", status=200)
+                )
             stack.stop()
             stop_runners()
 

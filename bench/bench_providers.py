@@ -29,10 +29,16 @@ import sys
 import tempfile
 import time
 import uuid
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack
 from pathlib import Path
 
-from live_stack import TERMINAL, production_stack, setup_django, stop_runners
+from live_stack import (
+    TERMINAL,
+    production_stack,
+    setup_django,
+    stop_runners,
+    terminate_unfinished,
+)
 
 BENCH_DB = "trainyard_bench_providers"
 REDIS_URL = os.environ.get("BENCH_PROVIDERS_REDIS_URL", "redis://127.0.0.1:6379/13")
@@ -209,7 +215,6 @@ def main() -> int:
     setup_django(BENCH_DB, REDIS_URL)
     from apps.accounts import services
     from apps.billing import ledger
-    from apps.jobs.models import Job
 
     org = services.organization_create(
         name="bench-providers", slug="bench-providers", compute_enabled=True
@@ -245,11 +250,7 @@ def main() -> int:
             raise
         finally:
             if api is not None:
-                for job_id in Job.objects.exclude(state__in=TERMINAL).values_list(
-                    "public_id", flat=True
-                ):
-                    with suppress(Exception):
-                        api.terminate(job_id)
+                terminate_unfinished(api.terminate)
             stack.stop()
             stop_runners()
             cluster.cancel_all()

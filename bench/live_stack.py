@@ -79,3 +79,13 @@ def stop_runners() -> None:
         if procfs.alive(handle["pid"], handle.get("start_ticks")):
             with suppress(ProcessLookupError):
                 os.killpg(handle["pgid"], signal.SIGKILL)
+
+
+def terminate_unfinished(terminate) -> None:
+    """Ask, through `terminate(job_id)` (the bench's own API client), for every job not yet
+    ended to stop, so no runner outlives the run; failures are ignored (it is cleanup)."""
+    from apps.jobs.models import Job
+
+    for job_id in Job.objects.exclude(state__in=TERMINAL).values_list("public_id", flat=True):
+        with suppress(Exception):
+            terminate(job_id)

@@ -174,6 +174,21 @@ def test_a_standard_job_displaces_a_preemptible_finetune_which_resumes_and_loses
     assert curve[MAX_STEPS] == pytest.approx(uninterrupted.losses()[MAX_STEPS], rel=1e-2)
 
 
+def assert_reclaimed_then_resumed_to_the_end(api, finetune: str, steps: int) -> None:
+    """The fine-tune's first attempt was reclaimed, the next resumed from its newest
+    checkpoint, and the job succeeded with each step 1..`steps` once on its curve."""
+    finished = api.wait_state(finetune, TERMINAL, timeout=300)
+    assert finished["state"] == "succeeded", [m["message"] for m in api.logs(finetune)][-30:]
+    changes = [e["data"] for e in api.events(finetune) if e["type"] == "state_changed"]
+    assert any(c["to"] == "preempted" and c["reason"] == "reclaimed" for c in changes)
+    assert finished["attempts"][0]["end_reason"] == "reclaimed"
+    uploaded = Artifact.objects.filter(job__public_id=finetune, attempt=1, kind="checkpoint")
+    resumed = JobEvent.objects.get(job__public_id=finetune, type="resumed_from_checkpoint")
+    assert resumed.data["step"] == max(a.step for a in uploaded)
+    assert sorted(final_curve(finetune)) == list(range(1, steps + 1))
+    assert_attempts_never_overlap(finetune)
+
+
 def test_a_runner_killed_outright_is_reclaimed_and_resumes_from_its_last_upload(
     api, compute_org, solo, tiny_model, demo_data
 ):
@@ -183,16 +198,7 @@ def test_a_runner_killed_outright_is_reclaimed_and_resumes_from_its_last_upload(
     handle = Attempt.objects.get(job__public_id=finetune, number=1).handle
     os.killpg(handle["pgid"], signal.SIGKILL)  # no grace, no exit record
 
-    finished = api.wait_state(finetune, TERMINAL, timeout=300)
-    assert finished["state"] == "succeeded", [m["message"] for m in api.logs(finetune)][-30:]
-    changes = [e["data"] for e in api.events(finetune) if e["type"] == "state_changed"]
-    assert any(c["to"] == "preempted" and c["reason"] == "reclaimed" for c in changes)
-    assert finished["attempts"][0]["end_reason"] == "reclaimed"
-    uploaded = Artifact.objects.filter(job__public_id=finetune, attempt=1, kind="checkpoint")
-    resumed = JobEvent.objects.get(job__public_id=finetune, type="resumed_from_checkpoint")
-    assert resumed.data["step"] == max(a.step for a in uploaded)
-    assert sorted(final_curve(finetune)) == list(range(1, MAX_STEPS + 1))
-    assert_attempts_never_overlap(finetune)
+    assert_reclaimed_then_resumed_to_the_end(api, finetune, MAX_STEPS)
 
 
 # Attempt 1 waits to be reclaimed; later attempts finish at once.
