@@ -51,6 +51,8 @@ INSTALLED_APPS = [
     "apps.providers",
     "apps.jobs",
     "apps.finetunes",
+    "apps.serving",
+    "apps.playground",
     "apps.secrets",
     "apps.workdirs",
 ]
@@ -303,6 +305,10 @@ CONTAINER_RUN_ARGS = env_str("CONTAINER_RUN_ARGS", "")
 # How long a launch may wait for an image that is not in the local store to be pulled.
 IMAGE_PULL_TIMEOUT_S = env_float("IMAGE_PULL_TIMEOUT_S", 45.0)
 RECONCILE_INTERVAL_S = env_float("RECONCILE_INTERVAL_S", 5.0)
+# Serving: how often endpoints are synced with their engines as a safety net, and how long
+# a Playground server may sit unused before it is stopped.
+SERVING_SYNC_INTERVAL_S = env_float("SERVING_SYNC_INTERVAL_S", 30.0)
+PLAYGROUND_IDLE_S = env_float("PLAYGROUND_IDLE_S", 900.0)
 HEARTBEAT_INTERVAL_S = env_float("HEARTBEAT_INTERVAL_S", 5.0)
 # A live attempt whose runner has not been heard from for this long is lost.
 HEARTBEAT_TIMEOUT_S = env_float("HEARTBEAT_TIMEOUT_S", 90.0)
@@ -340,6 +346,9 @@ LEDGER_AUDIT_INTERVAL_S = env_float("LEDGER_AUDIT_INTERVAL_S", 3600.0)
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {"task": "jobs.reconcile", "schedule": RECONCILE_INTERVAL_S},
     "audit-ledger": {"task": "billing.audit_ledger", "schedule": LEDGER_AUDIT_INTERVAL_S},
+    # The safety net of endpoint swaps and engine restarts (each also syncs at once).
+    "serving-sync": {"task": "serving.sync_all", "schedule": SERVING_SYNC_INTERVAL_S},
+    "playground-idle": {"task": "playground.stop_idle", "schedule": SERVING_SYNC_INTERVAL_S},
 }
 
 LOGGING = {

@@ -15,6 +15,9 @@ urlpatterns = [
     path("", include("apps.billing.web.urls")),
     path("api/v1/", include("apps.projects.api_urls")),
     path("api/v1/", include("apps.finetunes.api_urls")),
+    path("api/v1/", include("apps.serving.api_urls")),
+    # The OpenAI-compatible inference API, where the OpenAI SDKs look for it.
+    path("v1/", include("apps.serving.proxy_urls")),
     path("api/v1/compute/", include("apps.catalog.api_urls")),
     path("api/v1/compute/", include("apps.secrets.api_urls")),
     path("api/v1/compute/", include("apps.workdirs.api_urls")),

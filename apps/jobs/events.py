@@ -34,6 +34,8 @@ class JobEventType(models.TextChoices):
     ADAPTER_UPLOADED = "adapter_uploaded", "Adapter uploaded"
     ARTIFACT_REFUSED = "artifact_refused", "Artifact refused"
     GRADING = "grading", "Grading"
+    # serving
+    SERVICE_READY = "service_ready", "Server listening"
 
 
 # Where a later attempt's workload picked up: the loss chart marks each one.

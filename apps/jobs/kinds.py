@@ -23,11 +23,23 @@ WORKDIR_INVALID = "workdir_invalid"
 
 KIND_HOOKS: dict[str, str] = {
     "finetune": "apps.finetunes.kind.Finetune",
+    "serve": "apps.serving.kind.Serve",
 }
 
 
 class JobKind:
     """The defaults: a plain container job."""
+
+    # True for a kind whose workload is a server the control plane calls (placed only on
+    # providers whose backend `SERVES_ENDPOINTS`; its `serving` line records the port).
+    serves: bool = False
+
+    def usage_resource(self, job: Job) -> tuple[str, str, str]:
+        """How billing's usage names the job's minutes: (resource type, id, name)."""
+        return "job", job.public_id, job.name
+
+    def service_ready(self, job: Job, attempt: int, port: int) -> None:
+        """The attempt's workload announced it listens on `port` (called after commit)."""
 
     def runner_inputs(self, job: Job) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Files the runner fetches before the workload starts (the spec's `inputs`), and

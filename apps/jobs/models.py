@@ -38,6 +38,7 @@ class Job(models.Model):
     class Kind(models.TextChoices):
         CONTAINER = "container"
         FINETUNE = "finetune"
+        SERVE = "serve"  # an endpoint's or the Playground's inference server
 
     class PriorityClass(models.TextChoices):
         STANDARD = "standard"
@@ -196,6 +197,9 @@ class Attempt(models.Model):
     # The provider's reason while the attempt waits in its queue (Slurm's `Resources`, say);
     # blank once it runs.
     queue_reason = models.CharField(max_length=200, blank=True)
+    # The port a serving workload listens on, as it announced it (a `serving` line); the
+    # backend's `endpoint_url(handle, port)` says how the control plane reaches it.
+    service_port = models.PositiveIntegerField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)

@@ -20,6 +20,7 @@ from django.utils import timezone
 from apps.billing import usage
 from apps.core.transactions import after_commit
 from apps.jobs.execution import capacity
+from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt, Job
 from apps.providers.backends import backend_for
 
@@ -87,13 +88,15 @@ def bill(job: Job, now: datetime | None = None) -> int:
 def meter(job: Job, attempt: Attempt) -> None:
     """Tell billing where the attempt stands: its price, its minutes so far, whether it has
     ended (its meter then stops counting towards the burn rate)."""
+    resource_type, resource_id, resource_name = hooks_for(job).usage_resource(job)
     usage.record(
         attempt_id=attempt.pk,
         job_id=job.pk,
         organization_id=job.organization_id,
         project_id=job.project_id,
-        resource_id=job.public_id,
-        resource_name=job.name,
+        resource_type=resource_type,
+        resource_id=resource_id,
+        resource_name=resource_name,
         price_micros_hr=attempt.price_micros_hr,
         billed_minutes=attempt.billed_minutes,
         ended_at=attempt.ended_at,

@@ -39,7 +39,7 @@ from apps.jobs.ceilings import markets_for
 from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt
 from apps.jobs.states import JobState
-from apps.providers.backends import single_tenant
+from apps.providers.backends import serves_endpoints, single_tenant
 from apps.providers.models import Provider
 
 
@@ -154,7 +154,8 @@ def _held_by_another_tenant(offer: Offer, job) -> bool:
 def lock_offer_with_capacity(job) -> Offer | None:
     """The cheapest offer that still has room for `job` once locked, or None. Call inside a
     transaction; the lock holds until it ends, so create the Attempt in the same one."""
-    reads_host_paths = bool(hooks_for(job).host_paths(job))
+    hooks = hooks_for(job)
+    reads_host_paths = bool(hooks.host_paths(job))
     for candidate in offers_with_free_capacity(
         accelerator=job.accelerator,
         gpu_count=job.gpu_count,
@@ -163,6 +164,8 @@ def lock_offer_with_capacity(job) -> Offer | None:
     ):
         # A single-tenant provider's row is locked before its offer's (always in that
         # order), so placements on any of its offers take turns.
+        if hooks.serves and not serves_endpoints(candidate.provider):
+            continue  # the control plane could not reach the server
         tenant_bound = single_tenant(candidate.provider)
         if reads_host_paths and not tenant_bound:
             continue  # a path on the host is no one else's business, and no container's

@@ -28,8 +28,10 @@ from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import Max
 
 from apps.core.errors import InvalidRequest
+from apps.core.transactions import after_commit
 from apps.jobs import services
 from apps.jobs.events import JobEventType
+from apps.jobs.kinds import hooks_for
 from apps.jobs.live import push
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
 from apps.jobs.telemetry import series
@@ -164,6 +166,7 @@ def _store_parsed(job: Job, attempt: int, inserted, times, dropped: _Dropped) ->
         with transaction.atomic():
             metric_ids = _store_metrics(job, attempt, inserted, times, dropped)
             _record_grading(job, attempt, inserted, dropped)
+            _record_service_port(job, attempt, inserted)
             return metric_ids
     except (DataError, IntegrityError, ValueError) as exc:
         logger.warning("metrics of a log batch of job %s not stored", job.pk, exc_info=True)
@@ -268,6 +271,42 @@ def _record_grading(job: Job, attempt: int, inserted, dropped: _Dropped) -> None
                 message=f"Self-grading {verdict}.",
                 data=data,
             )
+
+
+def _record_service_port(job: Job, attempt: int, inserted) -> None:
+    """A serving workload prints `{"type": "serving", "port": N}` once it listens: keep the
+    port on its attempt (the first announcement wins) and tell the job's kind after commit.
+    Only kinds that serve are listened to: another job's line names no server of ours."""
+    hooks = hooks_for(job)
+    if not hooks.serves:
+        return
+    for _, _seq, source, message in inserted:
+        if source != LogLine.Source.USER or f'"{protocol.LINE_SERVING}"' not in message:
+            continue
+        try:
+            line = json.loads(message)
+        except (ValueError, RecursionError):
+            continue
+        port = line.get("port") if isinstance(line, dict) else None
+        if line.get("type") != protocol.LINE_SERVING or not _is_port(port):
+            continue
+        updated = Attempt.objects.filter(
+            job=job, number=attempt, ended_at__isnull=True, service_port__isnull=True
+        ).update(service_port=port)
+        if updated:
+            services.record_event(
+                job=job,
+                attempt=attempt,
+                type=JobEventType.SERVICE_READY,
+                message=f"The server listens on port {port}.",
+                data={"port": port},
+            )
+            after_commit(lambda port=port: hooks.service_ready(job, attempt, port))
+        return
+
+
+def _is_port(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
 
 
 def _store_metrics(job: Job, attempt: int, inserted, times, dropped: _Dropped) -> list[int]:

@@ -46,6 +46,14 @@ def single_tenant(provider: Provider) -> bool:
     return backend.single_tenant(provider.config or {})
 
 
+def serves_endpoints(provider: Provider) -> bool:
+    """Whether the control plane can reach a server a workload runs on `provider`."""
+    try:
+        return backend_class(provider.kind).SERVES_ENDPOINTS
+    except PermanentBackendError:
+        return False
+
+
 def allocates_at_launch(provider: Provider) -> bool:
     """Whether `provider` holds the hardware from placement on (billing starts then), or
     queues first (billing starts when the attempt runs). A kind with no backend never
@@ -63,5 +71,6 @@ __all__ = [
     "PermanentBackendError",
     "allocates_at_launch",
     "backend_for",
+    "serves_endpoints",
     "single_tenant",
 ]

@@ -5,7 +5,7 @@ Lifecycle of one attempt: `launch` starts the runner with its bootstrap and retu
 it to stop (SIGTERM, then SIGKILL after `grace_s`) without blocking; `release` frees what
 the backend holds once the attempt is over. `offers` says what the backend could run;
 `diagnostics` gives lines that explain a stalled or failed launch (they become the job's
-system log lines).
+system log lines). `endpoint_url` says how the control plane reaches a serving workload.
 
 `poll` answers one of:
 - `queued`: the provider has the request but has not given it hardware yet (a batch queue);
@@ -102,6 +102,8 @@ class Backend(ABC):
     # True when `launch` holds the hardware at once (billing starts at placement); False for
     # a batch queue (billing starts when the attempt first runs).
     ALLOCATES_AT_LAUNCH: ClassVar[bool] = True
+    # True when `endpoint_url` can reach a workload's server (serve jobs are placed only here).
+    SERVES_ENDPOINTS: ClassVar[bool] = False
 
     def __init__(self, config: dict[str, Any], credentials: dict[str, str] | None = None) -> None:
         """`config` is the Provider's settings; `credentials` its decrypted write-only
@@ -134,6 +136,13 @@ class Backend(ABC):
         """Lines that explain a stalled or failed launch: the batch system's output, the
         remote runner's log tail. Never raises; [] when there is nothing to say."""
         return []
+
+    def endpoint_url(self, handle: Handle, port: int) -> str:
+        """The base URL (`http://host:port`) at which the control plane reaches a server the
+        attempt's workload listens on at `port` (a serve job's engine). Raises
+        PermanentBackendError where this backend cannot reach it; a backend that can says
+        `SERVES_ENDPOINTS = True`, and only such providers get serve jobs."""
+        raise PermanentBackendError(f"The {self.kind} provider cannot serve endpoints.")
 
     def check(self) -> list[str]:
         """Test the connection to the provider before it is saved; raises

@@ -105,6 +105,7 @@ def runtime_of(config: dict[str, Any]) -> str:
 
 class LocalBackend(Backend):
     kind = "local"
+    SERVES_ENDPOINTS = True
 
     @classmethod
     def single_tenant(cls, config: dict[str, Any]) -> bool:
@@ -115,6 +116,11 @@ class LocalBackend(Backend):
     @property
     def runtime(self) -> str:
         return runtime_of(self.config)
+
+    def endpoint_url(self, handle: Handle, port: int) -> str:
+        """This host's loopback: the host runtime shares it, and containers run with the
+        host's network (`containers.run_argv`)."""
+        return f"http://127.0.0.1:{int(port)}"
 
     @property
     def containers(self) -> ContainerRuntime:

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class PlaygroundConfig(AppConfig):
+    name = "apps.playground"
+    label = "playground"
+    verbose_name = "Playground"
