@@ -3,12 +3,25 @@ adapters (trained once per session by the real trainer) are stored artifacts."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from apps.accounts import services as account_services
-from tests.factories import ProjectFactory
-from tests.integration.conftest import api, compute_org  # noqa: F401 - shared fixtures
+from tests.factories import OrganizationFactory, ProjectFactory
+from tests.integration.conftest import ComputeApi
 from tests.serving.fixtures import finished_finetune
+
+
+@pytest.fixture
+def compute_org(transactional_db):
+    return OrganizationFactory(slug=f"sv-{uuid.uuid4().hex[:6]}", compute_enabled=True)
+
+
+@pytest.fixture
+def api(live_stack, compute_org) -> ComputeApi:
+    _, key = account_services.api_key_create(organization=compute_org, name="it")
+    return ComputeApi(live_stack.url, key)
 
 
 @pytest.fixture

@@ -45,7 +45,12 @@ def store_artifact(job: Job, directory: Path, kind: str, step: int | None) -> Ar
 
 
 def finished_finetune(
-    *, project, tiny_model: Path, adapter_dir: Path, checkpoint_dir: Path | None = None, name="tuned"
+    *,
+    project,
+    tiny_model: Path,
+    adapter_dir: Path,
+    checkpoint_dir: Path | None = None,
+    name: str = "tuned",
 ) -> FinishedFinetune:
     """A succeeded fine-tune of `project` on `tiny_model` whose final adapter is
     `adapter_dir` (and a checkpoint at step 2, `checkpoint_dir` or the adapter again)."""

@@ -46,9 +46,7 @@ def _finetune(project, *, model=BASE, state=JobState.SUCCEEDED, adapter=True) ->
 
 def _create(client, project, target, **fields):
     body = {"name": "support-bot", "project": project.public_id, "base_model": BASE}
-    return client.post(
-        "/api/v1/endpoints", {**body, "target": target, **fields}, format="json"
-    )
+    return client.post("/api/v1/endpoints", {**body, "target": target, **fields}, format="json")
 
 
 def test_it_creates_an_endpoint_its_first_revision_and_a_serve_job(org, project, api_client_for):
