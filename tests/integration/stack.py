@@ -35,6 +35,8 @@ STACK_ENV = {
     # One wall-clock second counts as one minute for runtime limits and billing.
     "TRAINYARD_CLOCK_SCALE": "60",
     "DATABASE_POOL": "1",
+    # Endpoints and their engines are synced at once on every change; this is the net.
+    "SERVING_SYNC_INTERVAL_S": "3",
 }
 
 
