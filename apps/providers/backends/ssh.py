@@ -43,6 +43,7 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.providers.backends import ssh_forward
 from apps.providers.backends.base import (
     Backend,
     BackendError,
@@ -72,6 +73,7 @@ _cache_lock = threading.Lock()
 
 class SshBackend(Backend):
     kind = "ssh"
+    SERVES_ENDPOINTS = True
 
     @classmethod
     def single_tenant(cls, config: dict[str, Any]) -> bool:
@@ -228,6 +230,13 @@ class SshBackend(Backend):
 
     def release(self, handle: Handle) -> None:
         self.hostctl("release", handle["workdir"], timeout=30)
+        ssh_forward.close(self.transport, handle["workdir"])
+
+    def endpoint_url(self, handle: Handle, port: int) -> str:
+        """A loopback port here forwarded over SSH to the far host's loopback `port`: the
+        server is never exposed beyond the far host (`ssh_forward`)."""
+        local = ssh_forward.forward(self.transport, "127.0.0.1", port, handle["workdir"])
+        return f"http://127.0.0.1:{local}"
 
     def diagnostics(self, handle: Handle) -> list[str]:
         try:
