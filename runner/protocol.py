@@ -110,6 +110,8 @@ ENV_JOB_ID = "TRAINYARD_JOB_ID"  # also in the spec's env, for the workload
 ENV_ATTEMPT = "TRAINYARD_ATTEMPT"
 ENV_CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"  # relative to the workload's directory
 ENV_RESUME_FROM = "TRAINYARD_RESUME_FROM"  # set by the runner to the checkpoint fetched
+# Set by the control plane for a serve job: the secret every request to the engine carries.
+ENV_SERVE_SECRET = "TRAINYARD_SERVE_SECRET"
 
 # -- the workload's JSON lines on stdout (`{"type": ...}`) ----------------------------------
 
@@ -118,6 +120,8 @@ LINE_CHECKPOINT = "checkpoint"  # a checkpoint directory, for the runner to uplo
 LINE_GRADING = "grading"  # the trainer's verdict, kept as the job's `grading` event
 LINE_ADAPTER = "adapter"  # the final adapter directory, for the runner to upload
 ARTIFACT_LINE_TYPES = frozenset({LINE_CHECKPOINT, LINE_ADAPTER})  # also the upload kinds
+# A serving workload listens: `{"type": "serving", "port": N, "models": [...]}`.
+LINE_SERVING = "serving"
 
 # -- log lines -----------------------------------------------------------------------------
 

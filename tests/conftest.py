@@ -388,3 +388,12 @@ def _ledger_balances(request):
         return  # the test closed its connection (and with it the rows it would check)
     assert ledger.total_balance() == 0, "the ledger's accounts do not sum to zero"
     assert ledger.audit() == [], "cached balances differ from the transfers"
+
+
+@pytest.fixture(scope="session")
+def tiny_adapters(tmp_path_factory, tiny_model, demo_data):
+    """Two LoRA adapters of the tiny model and a checkpoint, trained once per session by the
+    real trainer (`tests.adapters`): `{"a", "b", "a_checkpoint"}` to their directories."""
+    from tests.adapters import train_adapters
+
+    return train_adapters(tmp_path_factory.mktemp("adapters"), tiny_model, demo_data)
