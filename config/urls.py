@@ -13,6 +13,8 @@ urlpatterns = [
     path("", include("apps.jobs.web.urls")),
     path("", include("apps.finetunes.urls")),
     path("", include("apps.billing.web.urls")),
+    path("", include("apps.serving.web.urls")),
+    path("", include("apps.playground.urls")),
     path("api/v1/", include("apps.projects.api_urls")),
     path("api/v1/", include("apps.finetunes.api_urls")),
     path("api/v1/", include("apps.serving.api_urls")),
