@@ -18,7 +18,7 @@ def error_of(response) -> dict:
 
 
 @pytest.mark.usefixtures("debug")
-@pytest.mark.parametrize("path", ["/api/v1/no-such-thing", "/v1/models", "/api/"])
+@pytest.mark.parametrize("path", ["/api/v1/no-such-thing", "/v1/no-such-thing", "/api/"])
 def test_an_unknown_path_is_a_json_404(client, path):
     response = client.get(path, HTTP_ACCEPT="application/json")
     assert response.status_code == 404

@@ -166,7 +166,12 @@ def test_a_standard_job_displaces_a_preemptible_finetune_which_resumes_and_loses
     second_steps = MetricPoint.objects.filter(
         job__public_id=finetune, attempt=2, loss__isnull=False
     ).values_list("step", flat=True)
-    assert min(second_steps) == resumed.data["step"] + 1
+    if resumed.data["step"] < MAX_STEPS:
+        assert min(second_steps) == resumed.data["step"] + 1
+    else:
+        # On a busy machine the order can land after the last step's checkpoint (the tiny
+        # model trains a step in milliseconds): the resumed attempt then trains nothing.
+        assert not second_steps
 
     # And it ends where an uninterrupted run with the same seed ends.
     uninterrupted = baseline.wait()

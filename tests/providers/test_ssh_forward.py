@@ -19,7 +19,7 @@ from apps.providers.backends import backend_for, serves_endpoints, ssh_forward
 from apps.providers.models import Provider
 from tests.live import free_port, wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 
 @pytest.fixture
