@@ -13,16 +13,13 @@ notice to the page's list.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 from channels.db import database_sync_to_async
 
 from apps.accounts.models import Membership
 from apps.accounts.tenancy import SESSION_ORG_KEY
 from apps.billing.live import billing_group
 from apps.billing.web import partials
-from apps.core.live import GroupConsumer
+from apps.core.live import CoalescingConsumer
 
 COALESCE_S = 0.5
 
@@ -41,10 +38,9 @@ def _organization_id(user, org_slug: str | None, session) -> int | None:
     return memberships.values_list("organization_id", flat=True).first()
 
 
-class BillingConsumer(GroupConsumer):
+class BillingConsumer(CoalescingConsumer):
     organization_id: int | None = None
-    _dirty: bool = False
-    _renderer: asyncio.Task | None = None
+    coalesce_s = COALESCE_S
 
     async def _allowed(self, user) -> bool:
         slug = self.scope.get("url_route", {}).get("kwargs", {}).get("org_slug")
@@ -57,21 +53,11 @@ class BillingConsumer(GroupConsumer):
     def _group_for(self) -> str:
         return billing_group(self.organization_id)
 
-    async def billing_changed(self, message: dict) -> None:
-        if not await self._still_allowed():
-            return
-        self._dirty = True
-        if self._renderer is None or self._renderer.done():
-            self._renderer = asyncio.ensure_future(self._render_while_dirty())
+    def render_changed(self) -> str:
+        return partials.render_changed(self.organization_id)
 
-    async def _render_while_dirty(self) -> None:
-        while self._dirty and self.group is not None:
-            self._dirty = False
-            html = await database_sync_to_async(partials.render_changed)(self.organization_id)
-            if self.group is None:
-                return
-            await self.send(text_data=html)
-            await asyncio.sleep(COALESCE_S)
+    async def billing_changed(self, message: dict) -> None:
+        await self.changed()
 
     async def billing_notice(self, message: dict) -> None:
         if not await self._still_allowed():
@@ -81,11 +67,3 @@ class BillingConsumer(GroupConsumer):
         )
         if html:
             await self.send(text_data=html)
-
-    async def disconnect(self, code: int) -> None:
-        renderer, self._renderer = self._renderer, None
-        if renderer is not None and not renderer.done():
-            renderer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renderer
-        await super().disconnect(code)

@@ -23,10 +23,13 @@ page can tell a refusal from a network drop.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 import redis
 import redis.asyncio as aioredis
+from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
@@ -201,3 +204,43 @@ class GroupConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         """Pages only listen; anything they send is ignored."""
+
+
+class CoalescingConsumer(GroupConsumer):
+    """A GroupConsumer whose pushes only say "something changed": `changed()` renders the
+    whole live part (`render_changed`, sync, run in a thread) at once, then at most once per
+    `coalesce_s` however many changes arrive meanwhile, and always once more after the last
+    one, so the page ends on the truth. A socket that closes stops its renderer."""
+
+    coalesce_s: float = 0.5
+    _dirty: bool = False
+    _renderer: asyncio.Task | None = None
+
+    def render_changed(self) -> str:
+        """The HTML to send for a change ("" sends nothing). Runs in a thread (the ORM)."""
+        raise NotImplementedError
+
+    async def changed(self) -> None:
+        if not await self._still_allowed():
+            return
+        self._dirty = True
+        if self._renderer is None or self._renderer.done():
+            self._renderer = asyncio.ensure_future(self._render_while_dirty())
+
+    async def _render_while_dirty(self) -> None:
+        while self._dirty and self.group is not None:
+            self._dirty = False
+            html = await database_sync_to_async(self.render_changed)()
+            if self.group is None:
+                return
+            if html:
+                await self.send(text_data=html)
+            await asyncio.sleep(self.coalesce_s)
+
+    async def disconnect(self, code: int) -> None:
+        renderer, self._renderer = self._renderer, None
+        if renderer is not None and not renderer.done():
+            renderer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renderer
+        await super().disconnect(code)

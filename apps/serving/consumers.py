@@ -15,12 +15,9 @@ so the page ends on the truth.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
 from channels.db import database_sync_to_async
 
-from apps.core.live import GroupConsumer
+from apps.core.live import CoalescingConsumer
 from apps.serving.live import endpoint_group
 from apps.serving.models import Endpoint
 from apps.serving.web import partials
@@ -43,10 +40,9 @@ def _visible_endpoint(user, public_id: str) -> int | None:
     )
 
 
-class EndpointConsumer(GroupConsumer):
+class EndpointConsumer(CoalescingConsumer):
     endpoint_id: int | None = None
-    _dirty: bool = False
-    _renderer: asyncio.Task | None = None
+    coalesce_s = COALESCE_S
 
     async def _allowed(self, user) -> bool:
         public_id = self.scope["url_route"]["kwargs"]["endpoint_id"]
@@ -59,27 +55,8 @@ class EndpointConsumer(GroupConsumer):
     def _group_for(self) -> str:
         return endpoint_group(self.endpoint_id)
 
+    def render_changed(self) -> str:
+        return partials.render_changed(self.endpoint_id)
+
     async def endpoint_changed(self, message: dict) -> None:
-        if not await self._still_allowed():
-            return
-        self._dirty = True
-        if self._renderer is None or self._renderer.done():
-            self._renderer = asyncio.ensure_future(self._render_while_dirty())
-
-    async def _render_while_dirty(self) -> None:
-        while self._dirty and self.group is not None:
-            self._dirty = False
-            html = await database_sync_to_async(partials.render_changed)(self.endpoint_id)
-            if self.group is None:
-                return
-            if html:
-                await self.send(text_data=html)
-            await asyncio.sleep(COALESCE_S)
-
-    async def disconnect(self, code: int) -> None:
-        renderer, self._renderer = self._renderer, None
-        if renderer is not None and not renderer.done():
-            renderer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renderer
-        await super().disconnect(code)
+        await self.changed()

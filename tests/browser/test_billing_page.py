@@ -4,6 +4,8 @@ reload."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -59,8 +61,9 @@ def test_the_cards_and_a_budget_bar_change_live_while_a_job_runs(signed_in, team
     bar = page.locator("#budget-bud_browser")
     expect(bar).to_be_visible(timeout=10_000)  # the next push brings it
     expect(bar).to_have_attribute("data-state", "crossed", timeout=20_000)
-    expect(bar).to_have_attribute("data-state", "over-80", timeout=20_000)
-    expect(bar.locator(".budget-tick.passed")).to_have_count(2)
+    # Past 80 %; on a busy machine the next push may already find it past 100 %.
+    expect(bar).to_have_attribute("data-state", re.compile(r"^over-(80|100)$"), timeout=20_000)
+    assert bar.locator(".budget-tick.passed").count() >= 2  # rendered with the state
     expect(page.locator("#budget-notices .budget-notice").first).to_be_visible(timeout=10_000)
     assert page.evaluate("window.__notReloaded") is True
     screenshot(page, "billing-page")
