@@ -75,6 +75,7 @@ def main() -> int:
     scratch = Path(tempfile.mkdtemp(prefix="bench-serving-"))
     model = build_tiny_model(scratch / "model")
     adapters = train_adapters(scratch / "adapters", model, write_demo_datasets(scratch / "data"))
+    (scratch / "stack").mkdir()
     stack = production_stack(BENCH_DB, REDIS_URL, scratch / "stack")
     stack.start()
     try:
