@@ -59,12 +59,12 @@ def main() -> int:
     import httpx
     import redis
     from django.conf import settings
-    from tests.adapters import train_adapters
 
     from apps.accounts import services as account_services
     from apps.jobs.models import Attempt
     from apps.serving.kind import engine_secret
     from apps.serving.models import Endpoint
+    from tests.adapters import train_adapters
     from tests.factories import OrganizationFactory, ProjectFactory
     from tests.integration.stack import wait_for
     from tests.serving.fixtures import finished_finetune
