@@ -17,17 +17,16 @@ How a Playground server lives:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from datetime import timedelta
 
-import redis
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.models import Organization, User
 from apps.core.errors import ApiError, TenantDisabled
+from apps.core.locks import redis_lock
 from apps.jobs import services as job_services
 from apps.jobs.models import Artifact, Job
 from apps.jobs.states import TERMINAL_STATES, JobState
@@ -154,20 +153,6 @@ def server_ready(job_id: int) -> None:
     logger.info("playground server %s (%r) is ready", server.pk, server.base_model)
 
 
-@contextlib.contextmanager
-def _load_lock(server_id: int):
-    """One adapter load or unload on a server at a time, across web processes: the LRU
-    count and the upload of one artifact twice would race otherwise."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    lock = client.lock(f"trainyard:playground:load:{server_id}", timeout=LOAD_LOCK_S)
-    lock.acquire(blocking=True, blocking_timeout=LOAD_LOCK_S)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(redis.exceptions.LockError):
-            lock.release()
-
-
 def ensure_adapter(server: PlaygroundServer, artifact: Artifact, *, reload: bool = False) -> str:
     """The served name under which the server's engine has `artifact` now, uploading and
     loading it when its current attempt lacks it (`reload`: even when it is marked loaded,
@@ -183,7 +168,7 @@ def ensure_adapter(server: PlaygroundServer, artifact: Artifact, *, reload: bool
     if address is None:
         raise ServerStarting()
     if reload or adapter.loaded_on_attempt != address.attempt:
-        with _load_lock(server.pk):
+        with redis_lock(f"trainyard:playground:load:{server.pk}", LOAD_LOCK_S):
             adapter.refresh_from_db()
             address = engine_for(server)
             if address is None:

@@ -38,11 +38,12 @@ from asgiref.sync import sync_to_async
 
 from apps.accounts.models import Organization, User
 from apps.core.errors import ApiError, InvalidRequest, NotFound
+from apps.core.locks import LockBusy
 from apps.jobs.models import Artifact
 from apps.playground import services, targets
 from apps.playground.models import PlaygroundServer
 from apps.projects.models import Project
-from apps.serving import payloads
+from apps.serving import engine_client, payloads
 from apps.serving import selectors as serving_selectors
 from apps.serving.engine_client import EngineAddress, EngineRefused, EngineUnavailable
 
@@ -57,9 +58,7 @@ MAX_STOP_CHARS = 64
 MAX_SEED = 2**31 - 1
 ROLES = ("system", "user", "assistant")
 PARAMS = ("temperature", "top_p", "max_tokens", "stop", "seed")
-UPSTREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=10.0)
 CHAT_PATH = "/v1/chat/completions"
-_clients: dict[int, httpx.AsyncClient] = {}
 
 
 # -- the request ---------------------------------------------------------------------------
@@ -314,7 +313,7 @@ def plan_run(
         plan.artifact = target.artifact
         try:
             plan.model = services.ensure_adapter(plan.server, target.artifact)
-        except (services.ServerStarting, EngineUnavailable, EngineRefused) as exc:
+        except (services.ServerStarting, EngineUnavailable, EngineRefused, LockBusy) as exc:
             logger.warning("pane %s: loading %s failed: %s", index, target.value, exc)
             plan.error = load_error(exc)
     return plans
@@ -331,15 +330,6 @@ def load_error(exc: Exception) -> str:
 
 
 # -- the stream ------------------------------------------------------------------------------
-
-
-def _client() -> httpx.AsyncClient:
-    """One connection pool per event loop (a web process runs one)."""
-    loop = asyncio.get_running_loop()
-    client = _clients.get(id(loop))
-    if client is None:
-        client = _clients[id(loop)] = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT)
-    return client
 
 
 def event(data: dict) -> bytes:
@@ -363,7 +353,7 @@ async def _open(plan: PanePlan, params: dict) -> httpx.Response:
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    client = _client()
+    client = engine_client.async_client()
     request = client.build_request(
         "POST", plan.address.url + CHAT_PATH, json=body, headers=plan.address.headers
     )

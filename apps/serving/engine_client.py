@@ -8,6 +8,7 @@ type: permanent for what was asked).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ from apps.serving.kind import engine_secret
 from runner import protocol
 
 TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+# Streams: a long generation may take minutes between its first and last token.
+STREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=10.0)
 UPLOAD_CHUNK = 1024 * 1024
 
 
@@ -37,6 +40,19 @@ class EngineAddress:
     @property
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.secret}"}
+
+
+_async_clients: dict[int, httpx.AsyncClient] = {}
+
+
+def async_client() -> httpx.AsyncClient:
+    """The async client for streams to engines (the proxy, the Playground): one connection
+    pool per event loop (a web process runs one)."""
+    loop = asyncio.get_running_loop()
+    client = _async_clients.get(id(loop))
+    if client is None:
+        client = _async_clients[id(loop)] = httpx.AsyncClient(timeout=STREAM_TIMEOUT)
+    return client
 
 
 class EngineUnavailable(Retryable):

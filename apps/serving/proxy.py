@@ -44,18 +44,7 @@ from apps.serving.models import Endpoint, EndpointRequest, EndpointRevision
 logger = logging.getLogger(__name__)
 
 REVISION_HEADER = "X-Trainyard-Revision"
-UPSTREAM_TIMEOUT = httpx.Timeout(connect=5.0, read=300.0, write=30.0, pool=10.0)
 RETRY_AFTER_S = "5"
-_clients: dict[int, httpx.AsyncClient] = {}
-
-
-def _client() -> httpx.AsyncClient:
-    """One connection pool per event loop (a web process runs one)."""
-    loop = asyncio.get_running_loop()
-    client = _clients.get(id(loop))
-    if client is None:
-        client = _clients[id(loop)] = httpx.AsyncClient(timeout=UPSTREAM_TIMEOUT)
-    return client
 
 
 class ProxyError(Exception):
@@ -251,7 +240,7 @@ async def _send(target: Target, path: str, body: dict, stream: bool) -> httpx.Re
     upstream_body = {**body, "model": target.revision.served_name}
     if stream:
         upstream_body["stream_options"] = {"include_usage": True}
-    client = _client()
+    client = engine_client.async_client()
     request = client.build_request(
         "POST", target.address.url + path, json=upstream_body, headers=target.address.headers
     )

@@ -17,19 +17,17 @@ answers again, so it comes back on the revision it had.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 from dataclasses import dataclass
 
-import redis
 from celery import current_app
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accounts.models import ApiKey, Organization, User
 from apps.core.errors import ApiError, Conflict, InvalidRequest, NotFound
+from apps.core.locks import redis_lock
 from apps.core.transactions import after_commit
 from apps.finetunes import payloads as finetune_payloads
 from apps.jobs import services as job_services
@@ -291,25 +289,12 @@ def _sync_soon(endpoint_id: int) -> None:
     current_app.send_task("serving.sync_endpoint_by_id", args=[endpoint_id])
 
 
-@contextlib.contextmanager
-def _sync_lock(endpoint_id: int):
-    """One sync of an endpoint at a time, across workers."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    lock = client.lock(f"trainyard:serving:sync:{endpoint_id}", timeout=SYNC_LOCK_S)
-    lock.acquire(blocking=True, blocking_timeout=SYNC_LOCK_S)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(redis.exceptions.LockError):
-            lock.release()
-
-
 def endpoint_sync(endpoint_id: int) -> None:
     """Bring the endpoint's engine in line with its revisions: load the current and previous
     ones where the engine lacks them, load, smoke-test and promote newer loading ones, and
     unload the rest. Safe to run twice and at any time; does nothing until the engine runs.
     Raises EngineUnavailable (the task retries) when the engine stops answering midway."""
-    with _sync_lock(endpoint_id):
+    with redis_lock(f"trainyard:serving:sync:{endpoint_id}", SYNC_LOCK_S):
         endpoint = Endpoint.objects.select_related("job").filter(pk=endpoint_id).first()
         if endpoint is None or endpoint.state == Endpoint.State.STOPPED:
             return
