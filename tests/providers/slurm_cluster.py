@@ -277,8 +277,23 @@ class SlurmCluster:
         put the node back in service (a job number handed out again while the old job still
         ran drains it: "Duplicate jobid")."""
         self._wait(lambda: not _stepd_running(job_id), f"job {job_id}'s steps to end", 60)
-        self.run("scontrol", "update", f"nodename={self.host}", "state=resume", check=False)
-        self._wait(self.node_idle, "the node to be idle", timeout=60)
+        # A controller restored from an older save may also hold jobs that ended before the
+        # crash as still running (their end was not saved yet): they keep the node
+        # ALLOCATED, and a node that is allocated cannot be resumed. Cancel them, then
+        # resume until the node is idle.
+        self.run("scancel", "--full", "--signal=KILL", "--user=root", check=False)
+        self.run("scancel", "--user=root", check=False)
+        last_resume = [0.0]
+
+        def idle_again() -> bool:
+            if self.node_idle():
+                return True
+            if time.monotonic() - last_resume[0] > 1:
+                last_resume[0] = time.monotonic()
+                self.run("scontrol", "update", f"nodename={self.host}", "state=resume", check=False)
+            return False
+
+        self._wait(idle_again, "the node to be idle", timeout=60)
 
     def cancel_all(self) -> None:
         """Kill and cancel every job, and wait until the node is idle again."""
