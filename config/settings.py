@@ -89,7 +89,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "apps.accounts.context_processors.organizations",
             ],
-            "builtins": ["apps.core.template_filters"],
+            "builtins": ["apps.core.template_filters", "apps.jobs.templatetags.job_words"],
         },
     },
 ]

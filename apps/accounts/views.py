@@ -29,7 +29,7 @@ def home(request: HttpRequest) -> HttpResponse:
     membership = default_membership(request, request.user)
     if membership is None:
         return TemplateResponse(request, "accounts/no_org.html")
-    return redirect("project-list", org_slug=membership.organization.slug)
+    return redirect("overview", org_slug=membership.organization.slug)
 
 
 @login_required
@@ -37,7 +37,7 @@ def home(request: HttpRequest) -> HttpResponse:
 def switch_org(request: HttpRequest) -> HttpResponse:
     membership = membership_for_slug(request.user, request.POST.get("org", ""))
     remember_org(request, membership.organization)
-    return redirect("project-list", org_slug=membership.organization.slug)
+    return redirect("overview", org_slug=membership.organization.slug)
 
 
 @login_required

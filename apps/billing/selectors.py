@@ -128,3 +128,13 @@ def notice(organization_id: int, notice_id: int) -> BudgetNotice | None:
         .select_related("budget__project")
         .first()
     )
+
+
+def spend_since(organization_id: int, since: datetime) -> int:
+    """Posted usage of the organization since `since`, in micro-dollars."""
+    return (
+        Transfer.objects.filter(
+            organization_id=organization_id, code=Transfer.Code.USAGE, created_at__gte=since
+        ).aggregate(total=Sum("amount_micros"))["total"]
+        or 0
+    )

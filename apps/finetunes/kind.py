@@ -15,6 +15,9 @@ class Finetune(JobKind):
         """The uploaded dataset the config names, and the config pointing at its copy."""
         return inputs.runner_inputs(job)
 
+    def training_config(self, job: Job) -> dict | None:
+        return payloads.config_of(job)
+
     def failure_reason(self, job: Job, exit_code: int) -> str:
         """The trainer exits 3 when it graded its own adapter and the grade failed."""
         if exit_code == protocol.EXIT_GRADING_FAILED:

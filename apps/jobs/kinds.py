@@ -46,6 +46,11 @@ class JobKind:
         env entries that replace the job's own for the runner."""
         return [], {}
 
+    def training_config(self, job: Job) -> dict[str, Any] | None:
+        """What a training kind was asked to do (model, dataset, dataset_format, max_steps,
+        learning_rate), shown in the job page's Configuration; None for other kinds."""
+        return None
+
     def failure_reason(self, job: Job, exit_code: int) -> str:
         """The job's `reason` when its workload exits with a non-zero `exit_code`."""
         if exit_code == protocol.EXIT_WORKDIR_INVALID and workdir_never_prepared(job):

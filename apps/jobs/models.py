@@ -121,6 +121,15 @@ class Job(models.Model):
             models.Index(
                 fields=["organization", "state", "-created_at", "-id"], name="job_state_recent"
             ),
+            # The overview's failures of the last day, and the all-jobs list's filters.
+            models.Index(fields=["organization", "state", "-terminal_at"], name="job_state_ended"),
+            models.Index(
+                fields=["organization", "kind", "-created_at", "-id"], name="job_kind_recent"
+            ),
+            models.Index(
+                fields=["organization", "created_by", "-created_at", "-id"],
+                name="job_creator_recent",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -14,7 +14,10 @@
     console.warn("spend chart: unreadable data", err);
     return;
   }
-  var colors = ["#2f5bea", "#2e7d32", "#b26a00", "#8e24aa", "#00838f", "#c62828", "#5d4037"];
+  // Colours come from the theme's CSS variables; a theme change draws the chart anew.
+  function cssVar(name) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  }
   var running = data.x.map(function () { return 0; });
   var stacked = data.series.map(function (s) {
     running = running.map(function (total, i) { return total + (s.values[i] || 0); });
@@ -28,21 +31,38 @@
   }
   // Topmost total first, so each lower band is drawn over the one above it.
   var order = data.series.map(function (_, i) { return i; }).reverse();
-  var series = [{}].concat(order.map(function (i) {
-    var color = colors[i % colors.length];
-    return {
-      label: data.series[i].label,
-      stroke: color,
-      fill: color + "55",
-      value: function (u, v, si, idx) {
-        return idx == null ? "" : "$" + (data.series[i].values[idx] || 0).toFixed(2);
-      },
-    };
-  }));
-  new uPlot({
-    width: box.clientWidth || 600,
-    height: 240,
-    series: series,
-    axes: [{}, { values: function (u, vals) { return vals.map(function (v) { return "$" + v; }); } }],
-  }, [data.x].concat(order.map(function (i) { return stacked[i]; })), box);
+  function draw() {
+    // --chart-series holds 6-digit hex colours (a fill appends an alpha byte).
+    var colors = cssVar("--chart-series").split(",").map(function (c) { return c.trim(); });
+    var grid = cssVar("--chart-grid");
+    function axis(extra) {
+      return Object.assign({
+        stroke: cssVar("--chart-axis"), grid: { stroke: grid }, ticks: { stroke: grid },
+      }, extra);
+    }
+    var series = [{}].concat(order.map(function (i) {
+      var color = colors[i % colors.length];
+      return {
+        label: data.series[i].label,
+        stroke: color,
+        fill: color + "55",
+        value: function (u, v, si, idx) {
+          return idx == null ? "" : "$" + (data.series[i].values[idx] || 0).toFixed(2);
+        },
+      };
+    }));
+    return new uPlot({
+      width: box.clientWidth || 600,
+      height: 240,
+      series: series,
+      axes: [axis({}), axis({
+        values: function (u, vals) { return vals.map(function (v) { return "$" + v; }); },
+      })],
+    }, [data.x].concat(order.map(function (i) { return stacked[i]; })), box);
+  }
+  var chart = draw();
+  document.addEventListener("trainyard:themechange", function () {
+    chart.destroy();
+    chart = draw();
+  });
 })();

@@ -5,7 +5,21 @@
 (function () {
   "use strict";
 
+  // Colours come from the theme's CSS variables; a theme change draws the charts anew.
+  function cssVar(name) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  }
+  function axis(extra) {
+    var grid = cssVar("--chart-grid");
+    return Object.assign({
+      stroke: cssVar("--chart-axis"), grid: { stroke: grid }, ticks: { stroke: grid },
+    }, extra);
+  }
+  var charts = [];
+
   function drawCharts() {
+    charts.forEach(function (chart) { chart.destroy(); });
+    charts = [];
     var source = document.getElementById("usage-data");
     if (!source || typeof uPlot === "undefined") return;
     var data;
@@ -17,29 +31,31 @@
     }
     var requestsBox = document.getElementById("requests-chart");
     var latencyBox = document.getElementById("latency-chart");
+    var series = cssVar("--chart-series").split(",").map(function (c) { return c.trim(); });
     if (requestsBox) {
-      new uPlot({
+      charts.push(new uPlot({
         width: requestsBox.clientWidth || 480,
         height: 200,
-        series: [{}, { label: "Requests", stroke: "#2f5bea", fill: "#2f5bea33" }],
-      }, [data.x, data.requests], requestsBox);
+        series: [{}, { label: "Requests", stroke: series[0], fill: series[0] + "33" }],
+        axes: [axis({}), axis({})],
+      }, [data.x, data.requests], requestsBox));
     }
     if (latencyBox) {
       var ms = function (u, v) { return v == null ? "" : v + " ms"; };
-      new uPlot({
+      charts.push(new uPlot({
         width: latencyBox.clientWidth || 480,
         height: 200,
         spanGaps: false,
         series: [
           {},
-          { label: "p50", stroke: "#2e7d32", value: ms, points: { show: true } },
-          { label: "p95", stroke: "#b26a00", value: ms, points: { show: true } },
+          { label: "p50", stroke: series[1], value: ms, points: { show: true } },
+          { label: "p95", stroke: series[2], value: ms, points: { show: true } },
         ],
-        axes: [{}, {
+        axes: [axis({}), axis({
           size: 70,
           values: function (u, vals) { return vals.map(function (v) { return v + " ms"; }); },
-        }],
-      }, [data.x, data.p50, data.p95], latencyBox);
+        })],
+      }, [data.x, data.p50, data.p95], latencyBox));
     }
   }
 
@@ -80,6 +96,7 @@
   }
 
   document.addEventListener("htmx:wsAfterMessage", syncControls);
+  document.addEventListener("trainyard:themechange", drawCharts);
 
   drawCharts();
   setUpCopy();

@@ -134,7 +134,7 @@
   function drawResumes(u) {
     var ctx = u.ctx;
     ctx.save();
-    ctx.strokeStyle = "#b06000";
+    ctx.strokeStyle = cssVar("--chart-marker");
     ctx.setLineDash([5, 4]);
     ctx.lineWidth = 1.5;
     resumes.forEach(function (step) {
@@ -148,17 +148,36 @@
     });
     ctx.restore();
   }
+  // Colours come from the theme's CSS variables; a theme change draws the chart anew.
+  function cssVar(name) {
+    return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+  }
+  function themedAxis(label) {
+    var grid = cssVar("--chart-grid");
+    return {
+      label: label, stroke: cssVar("--chart-axis"), grid: { stroke: grid }, ticks: { stroke: grid },
+    };
+  }
+  // Tooltips and the legend read losses as the tables do: 4 significant digits.
+  function lossText(u, value) {
+    return value === null || value === undefined ? "—" : window.trainyardFormat.sig(value);
+  }
   function drawChart() {
     if (typeof uPlot === "undefined") return;
     chart = new uPlot({
       width: chartBox.clientWidth || 600, height: 220,
       scales: { x: { time: false } },
-      series: [{ label: "step" }, { label: "loss", stroke: "#2f5bea", width: 2 }],
-      axes: [{ label: "step" }, { label: "loss" }],
+      series: [{ label: "step" }, { label: "loss", stroke: cssVar("--chart-line"), width: 2, value: lossText }],
+      axes: [themedAxis("step"), themedAxis("loss")],
       hooks: { draw: [drawResumes] },
     }, [steps, losses], chartBox);
   }
   drawChart();
+  document.addEventListener("trainyard:themechange", function () {
+    if (!chart) return;
+    chart.destroy();
+    drawChart();
+  });
   new MutationObserver(function () {
     document.querySelectorAll("#chart-feed template").forEach(function (tpl) {
       if (tpl.classList.contains("chart-resume")) {

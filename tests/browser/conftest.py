@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -94,7 +95,7 @@ def signed_in(browser, live_stack):
         page.get_by_label("Username").fill(user.username)
         page.get_by_label("Password").fill(PASSWORD)
         page.get_by_role("button", name="Sign in").click()
-        page.wait_for_url("**/projects/")
+        page.wait_for_url(re.compile(r"/o/[^/]+/$"))  # the organization's overview
         return page
 
     yield sign_in

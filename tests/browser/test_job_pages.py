@@ -10,6 +10,7 @@ from playwright.sync_api import expect
 
 from apps.jobs import services
 from apps.jobs.models import Job
+from tests.browser.facts import assert_live_page_matches_a_reload
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -42,6 +43,9 @@ def test_a_submitted_job_is_watched_live_to_success(signed_in, team, screenshot)
     expect(page.locator("#events-body .event-row", has_text="workload_exited")).to_have_count(1)
     expect(page.locator("#log-lines .log-line.src-user")).to_have_count(5)
     assert page.evaluate("window.__notReloaded") is True
+    facts = assert_live_page_matches_a_reload(page)
+    assert facts["provider"] == "local" and facts["ended"] != "—"
+    assert re.fullmatch(r"\d+s|\d+m \d\ds", facts["duration"]), facts["duration"]
     screenshot(page, "job-succeeded")
 
     page.goto("/o/studio/projects/speech/")
@@ -65,7 +69,7 @@ def test_cancelling_a_running_job_shows_terminated_live(signed_in, team):
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Terminate").click()
     expect(page.locator('#job-status[data-state="terminated"]')).to_be_visible(timeout=30_000)
-    expect(page.locator("#job-status")).to_contain_text("cancelled")
+    expect(page.locator("#job-status")).to_contain_text("Cancelled by a user.")
     expect(page.get_by_role("button", name="Terminate")).to_be_hidden()
     assert Job.objects.get(pk=job.pk).state == "terminated"
 
@@ -140,6 +144,8 @@ def test_a_finetune_from_the_form_shows_its_curve_checkpoints_and_adapter(
     expect(page.locator("#job-artifacts")).to_contain_text("final adapter")
     expect(page.locator("#job-artifacts tr", has_text="checkpoint")).to_have_count(2)
     expect(page.locator("#job-artifacts")).to_contain_text("Self-grading passed")
+    facts = assert_live_page_matches_a_reload(page)
+    assert facts["learning-rate"] == "3e-3"  # not 0.003000000000000001
     screenshot(page, "finetune-succeeded")
 
 

@@ -80,7 +80,8 @@ def test_sign_in_and_see_the_project_list_on_the_real_server(tmp_path, database_
             timeout=5,
         )
         assert response.status_code == 200
-        assert response.url == f"{base}/o/demo/projects/"
-        assert "Getting started" in response.text
+        assert response.url == f"{base}/o/demo/"  # the overview is the home page
+        assert "Spent this month" in response.text
+        assert "Getting started" in session.get(f"{base}/o/demo/projects/", timeout=5).text
         assert session.get(f"{base}/static/css/app.css", timeout=5).status_code == 200
         assert session.get(f"{base}/static/vendor/htmx-2.0.11.min.js", timeout=5).ok

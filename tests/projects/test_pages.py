@@ -79,8 +79,8 @@ def test_the_switcher_moves_between_your_orgs_only(client_for, member, org, othe
     assert client.post("/orgs/switch/", {"org": "globex"}).status_code == 404
     MembershipFactory(user=member, organization=other_org)
     response = client.post("/orgs/switch/", {"org": "globex"})
-    assert response["Location"] == "/o/globex/projects/"
-    assert client.get("/")["Location"] == "/o/globex/projects/"
+    assert response["Location"] == "/o/globex/"
+    assert client.get("/")["Location"] == "/o/globex/"
 
 
 def test_pages_need_a_sign_in(db):
@@ -106,7 +106,7 @@ def test_sign_in_and_out_with_the_form(member):
         },
     )
     assert response.status_code == 302
-    assert client.get("/", follow=True).request["PATH_INFO"] == "/o/acme/projects/"
+    assert client.get("/", follow=True).request["PATH_INFO"] == "/o/acme/"
     token = client.cookies["csrftoken"].value
     client.post("/accounts/logout/", {"csrfmiddlewaretoken": token})
     assert client.get("/o/acme/projects/").status_code == 302

@@ -21,6 +21,7 @@ from apps.billing import usage
 from apps.core.transactions import after_commit
 from apps.jobs.execution import capacity
 from apps.jobs.kinds import hooks_for
+from apps.jobs.live import push
 from apps.jobs.models import Attempt, Job
 from apps.providers.backends import backend_for
 
@@ -82,6 +83,9 @@ def bill(job: Job, now: datetime | None = None) -> int:
     if total != job.accrued_micros:
         job.accrued_micros = total
         Job.objects.filter(pk=job.pk).update(accrued_micros=total)
+        # The job page's cost and attempts, and the job's row in the lists, follow each
+        # billed minute, not only state changes.
+        push.push_on_commit(job=job, seq=push.bump_live_seq(job.pk), state_changed=True)
     return total
 
 

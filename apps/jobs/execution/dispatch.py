@@ -137,6 +137,7 @@ def _wait_for_capacity(job: Job, now) -> None:
             attempt=job.attempt_count or None,
             type=JobEventType.WAITING_FOR_CAPACITY,
             message=f"Waiting for {job.accelerator} x{job.gpu_count} capacity.",
+            state_changed=True,  # its status now says why it waits
         )
 
 

@@ -15,7 +15,9 @@ from itertools import chain
 from django.db.models import Prefetch
 from django.template.loader import render_to_string
 
+from apps.core.template_filters import sci, sig
 from apps.jobs.events import ARTIFACT_EVENTS, RESUME_EVENTS, JobEventType
+from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine, MetricPoint
 from apps.jobs.states import JobState
 
@@ -48,7 +50,7 @@ class Row:
 
 def job_for_push(job_pk: int) -> Job:
     return (
-        Job.objects.select_related("project", "organization")
+        Job.objects.select_related("project", "organization", "created_by")
         .prefetch_related(
             Prefetch(
                 "attempts",
@@ -68,10 +70,10 @@ def event_row(event: JobEvent) -> Row:
 def metric_row(point: MetricPoint) -> Row:
     details = []
     if point.epoch is not None:
-        details.append(f"epoch {point.epoch:g}")
+        details.append(f"epoch {sig(point.epoch)}")
     if point.learning_rate is not None:
-        details.append(f"lr {point.learning_rate:g}")
-    details += [f"{key} {value:g}" for key, value in sorted(point.extra.items())]
+        details.append(f"lr {sci(point.learning_rate)}")
+    details += [f"{key} {sig(value)}" for key, value in sorted(point.extra.items())]
     return Row(
         f"met-{point.id}",
         "metric",
@@ -153,13 +155,32 @@ def artifacts_context(job: Job) -> dict:
     }
 
 
+def waiting_reason(job: Job) -> str:
+    """Why a job that waits for hardware is waiting, in words ("" for one that does not)."""
+    if job.state == JobState.PREEMPTED:
+        return "Waiting to resume from its last checkpoint."
+    if job.state != JobState.REQUESTED:
+        return ""
+    told = JobEvent.objects.filter(
+        job=job, type=JobEventType.WAITING_FOR_CAPACITY, created_at__gte=job.queued_at
+    ).exists()
+    if told:
+        return f"Waiting for capacity: no provider has {job.accelerator} x{job.gpu_count} free."
+    return "Being placed on a provider."
+
+
 def state_context(job: Job) -> dict:
+    """Every fact of the job page that changes while it runs: status, cost, attempts and
+    the Configuration block. Rendered for the page, each state push and each catch-up, so
+    the live page and a reload of it say the same."""
     attempts = list(job.attempts.all())
     return {
         "job": job,
         "attempts": attempts,
         "current_attempt": attempts[-1] if attempts else None,
         "cancellable": job.state in CANCELLABLE,
+        "waiting": waiting_reason(job),
+        "training": hooks_for(job).training_config(job),
     }
 
 
@@ -240,7 +261,7 @@ def _state_parts(job: Job) -> str:
     context = {**state_context(job), "oob": True}
     return "".join(
         _render(name, context)
-        for name in ("status.html", "cost.html", "error_banner.html", "attempts.html")
+        for name in ("status.html", "cost.html", "error_banner.html", "attempts.html", "facts.html")
     )
 
 
@@ -269,3 +290,27 @@ def render_row_push(job: Job) -> str:
     the page already has (the page's script swaps rows by id)."""
     row = render_to_string("jobs/partials/job_row.html", {"job": job, "org": job.organization})
     return f'<tbody hx-swap-oob="afterbegin:#job-list-body">{row}</tbody>'
+
+
+def push_facts(job: Job) -> dict:
+    """What an all-jobs list filters a pushed row on (`apps.jobs.dashboard.JobFilters`)."""
+    return {
+        "job": job.public_id,
+        "project": job.project.slug,
+        "state": job.state,
+        "kind": job.kind,
+        "creator": job.created_by.username if job.created_by_id else "",
+        "name": job.name,
+    }
+
+
+def render_org_row_push(job: Job) -> str:
+    """The job's row for the all-jobs list (with its project), inserted at the top or
+    replacing the row the page already has."""
+    row = render_to_string("jobs/partials/org_job_row.html", {"job": job, "org": job.organization})
+    return f'<tbody hx-swap-oob="afterbegin:#job-list-body">{row}</tbody>'
+
+
+def render_row_delete(job: Job) -> str:
+    """Takes the job's row off a list whose filters it no longer matches."""
+    return f'<tr id="job-row-{job.public_id}" hx-swap-oob="delete"></tr>'

@@ -34,6 +34,16 @@ def project_group(project_public_id: str) -> str:
     return f"project.{project_public_id}"
 
 
+def overview_group(organization_id: int) -> str:
+    """The organization's overview pages: told "something changed" (they re-render)."""
+    return f"overview.org.{organization_id}"
+
+
+def org_jobs_group(organization_id: int) -> str:
+    """The organization's all-jobs lists: sent each changed job's row and its facts."""
+    return f"jobs.org.{organization_id}"
+
+
 def bump_live_seq(job_pk: int, *, user_lines: int = 0, system_lines: int = 0) -> int:
     """Take the job's next live sequence number (and add to its log-line counts, in the same
     statement). Call inside the write's transaction: the row stays locked until commit, so
@@ -62,6 +72,7 @@ def push_on_commit(
         _push,
         job_pk=job.pk,
         groups=(job_group(job.public_id), project_group(job.project.public_id)),
+        organization_id=job.organization_id,
         seq=seq,
         event_ids=list(event_ids),
         log_ids=list(log_ids),
@@ -70,12 +81,16 @@ def push_on_commit(
     )
 
 
-def _push(*, job_pk, groups, seq, event_ids, log_ids, metric_ids, state_changed) -> None:
+def _push(
+    *, job_pk, groups, organization_id, seq, event_ids, log_ids, metric_ids, state_changed
+) -> None:
     layer = get_channel_layer()
     group, projects = groups
     to_job = watched(group)
     to_project = state_changed and watched(projects)
-    if layer is None or not (to_job or to_project):
+    to_overview = state_changed and watched(overview_group(organization_id))
+    to_list = state_changed and watched(org_jobs_group(organization_id))
+    if layer is None or not (to_job or to_project or to_overview or to_list):
         return  # nobody is looking: render nothing
     try:
         job = partials.job_for_push(job_pk)
@@ -93,6 +108,20 @@ def _push(*, job_pk, groups, seq, event_ids, log_ids, metric_ids, state_changed)
             row = partials.render_row_push(job)
             async_to_sync(layer.group_send)(
                 projects, {"type": "project.push", "job": job.public_id, "html": row}
+            )
+        if to_overview:
+            async_to_sync(layer.group_send)(
+                overview_group(organization_id), {"type": "overview.changed"}
+            )
+        if to_list:
+            async_to_sync(layer.group_send)(
+                org_jobs_group(organization_id),
+                {
+                    "type": "org.jobs.push",
+                    "facts": partials.push_facts(job),
+                    "html": partials.render_org_row_push(job),
+                    "delete": partials.render_row_delete(job),
+                },
             )
     except Exception:  # the write has committed; pages recover what a lost push carried
         logger.warning("live push for job %s failed", job_pk, exc_info=True)

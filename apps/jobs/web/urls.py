@@ -1,8 +1,10 @@
 from django.urls import path
 
-from apps.jobs.web import new_job, views
+from apps.jobs.web import dashboard, new_job, views
 
 urlpatterns = [
+    path("o/<slug:org_slug>/", dashboard.overview, name="overview"),
+    path("o/<slug:org_slug>/jobs/", dashboard.org_jobs, name="org-jobs"),
     path(
         "o/<slug:org_slug>/projects/<slug:project_slug>/",
         views.project_detail,

@@ -71,7 +71,7 @@ def test_the_jobs_tab_shows_a_preempted_job_as_such(client_for, member, org, pro
     body = client.get("/o/acme/projects/vision/").content.decode()
     row = body.split(f'id="job-row-{job.public_id}"')[1].split("</tr>")[0]
     assert 'data-state="preempted"' in body and "Preempted" in row
-    assert "waiting to resume" in row and 'title="reclaimed"' in row
+    assert "waiting to resume" in row and 'title="The provider reclaimed its hardware."' in row
     filtered = client.get("/o/acme/projects/vision/?state=preempted").content.decode()
     assert filtered.count('id="job-row-') == 1
 

@@ -1,0 +1,159 @@
+"""Every page, in real Chromium against the live stack, in the light and the dark theme (by
+the emulated `prefers-color-scheme`, and by the top bar's switch remembered over the
+system's light): axe-core (vendored, see assets/README.md) finds no serious or critical
+violation. A full-page screenshot of each page in each theme goes to var/screenshots/."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+from playwright.sync_api import Page, expect
+
+from apps.jobs import services
+from apps.jobs.models import Job
+from apps.jobs.states import TERMINAL_STATES
+from apps.serving.models import EndpointRequest
+from tests.browser.conftest import PASSWORD
+from tests.factories import uploaded_dataset
+from tests.live import wait_until
+from tests.serving.test_endpoint_pages import served_endpoint
+
+pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+AXE = Path(__file__).parent / "assets" / "axe-core-4.14.1.min.js"
+BLOCKING = ("serious", "critical")
+BACKGROUND = {"light": "rgb(246, 247, 249)", "dark": "rgb(16, 20, 27)"}
+
+# Some metrics, a line on stderr, and an exit: a finished job with a curve, events and logs.
+TRAINS = """
+import json, sys
+for step in range(1, 6):
+    print(json.dumps({"step": step, "loss": 1 / step}), flush=True)
+print("warning: nothing to worry about", file=sys.stderr, flush=True)
+"""
+
+RUN_AXE = """async () => {
+  const result = await axe.run(document, { resultTypes: ["violations"] });
+  return result.violations.map((v) => ({
+    id: v.id,
+    impact: v.impact,
+    help: v.help,
+    nodes: v.nodes.length,
+    targets: v.nodes.slice(0, 4).map((n) => n.target.join(" ")),
+  }));
+}"""
+
+
+def blocking_violations(page: Page) -> list[dict]:
+    """axe's serious and critical violations on the page as it stands."""
+    page.add_script_tag(path=str(AXE))
+    return [v for v in page.evaluate(RUN_AXE) if v["impact"] in BLOCKING]
+
+
+def describe(where: str, violation: dict) -> str:
+    targets = ", ".join(violation["targets"])
+    return (
+        f"{where}: {violation['id']} ({violation['impact']}, {violation['nodes']} nodes): "
+        f"{violation['help']} [{targets}]"
+    )
+
+
+def _pages(team: dict, job: Job, endpoint_url: str) -> dict[str, str]:
+    org = team["org"].slug
+    project = {"org_slug": org, "project_slug": team["project"].slug}
+    return {
+        "overview": reverse("overview", kwargs={"org_slug": org}),
+        "all-jobs": reverse("org-jobs", kwargs={"org_slug": org}),
+        "project-jobs": reverse("project-detail", kwargs=project),
+        "new-job": reverse("job-new", kwargs=project),
+        "job": reverse("job-detail", kwargs={"org_slug": org, "job_id": job.public_id}),
+        "datasets": reverse("project-datasets", kwargs=project),
+        "settings": reverse("org-settings", kwargs={"org_slug": org}),
+        "billing": reverse("billing-page", kwargs={"org_slug": org}),
+        "endpoints": reverse("endpoint-list", kwargs={"org_slug": org}),
+        "endpoint": endpoint_url,
+        "playground": reverse("playground", kwargs=project),
+    }
+
+
+def _visit(page: Page, url: str) -> None:
+    page.goto(url)
+    # Parts some pages fetch once loaded (a quote, the Playground's servers) are in.
+    page.wait_for_load_state("networkidle")
+
+
+def test_every_page_in_both_themes_has_no_serious_accessibility_violation(
+    browser, live_stack, team, screenshot
+):
+    member = team["member"]
+    job = services.job_create(
+        organization=team["org"],
+        payload={
+            "name": "small-run",
+            "project": team["project"].public_id,
+            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": {"image": "local", "command": ["python", "-c", TRAINS]},
+        },
+    ).job
+    uploaded_dataset(team["project"], name="Greetings")
+    served = served_endpoint(team["project"], user=member)
+    for latency in (80, 120, 400):
+        EndpointRequest.objects.create(
+            endpoint=served.endpoint,
+            organization=team["org"],
+            path="/v1/chat/completions",
+            status_code=200,
+            latency_ms=latency,
+            started_at=served.r2.ready_at,
+        )
+    pages = _pages(team, job, served.url)
+
+    problems: list[str] = []
+
+    def check(page: Page, name: str, theme: str, shot: bool) -> None:
+        body = page.evaluate("getComputedStyle(document.body).backgroundColor")
+        assert body == BACKGROUND[theme], f"{name} in {theme}: body background {body}"
+        problems.extend(describe(f"{name} ({theme})", v) for v in blocking_violations(page))
+        if shot:
+            screenshot(page, f"{name}-{theme}")
+
+    def one_pass(scheme: str, theme: str, choose: Callable[[Page], None] | None) -> None:
+        context = browser.new_context(
+            base_url=live_stack.url, viewport={"width": 1280, "height": 900}, color_scheme=scheme
+        )
+        try:
+            page = context.new_page()
+            _visit(page, "/accounts/login/")
+            if choose:
+                choose(page)
+            check(page, "sign-in", theme, shot=choose is None)
+            page.get_by_label("Username").fill(member.username)
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Sign in").click()
+            page.wait_for_url(lambda url: "/accounts/login/" not in url)
+            wait_until(
+                lambda: Job.objects.filter(pk=job.pk, state__in=TERMINAL_STATES).exists(),
+                timeout=60,
+                what="the job to finish",
+            )
+            for name, url in pages.items():
+                _visit(page, url)
+                check(page, name, theme, shot=choose is None)
+        finally:
+            context.close()
+
+    def choose_dark(page: Page) -> None:
+        switch = page.get_by_role("button", name="Theme: System (light)")
+        switch.click()
+        switch = page.get_by_role("button", name="Theme: Light")
+        switch.click()
+        expect(page.get_by_role("button", name="Theme: Dark")).to_be_visible()
+
+    one_pass("light", "light", None)
+    one_pass("dark", "dark", None)
+    one_pass("light", "dark", choose_dark)  # the stored choice over the system's light
+    assert Job.objects.get(pk=job.pk).state == "succeeded"
+    assert not problems, "serious or critical accessibility violations:\n" + "\n".join(problems)
