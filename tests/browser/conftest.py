@@ -85,9 +85,11 @@ def signed_in(browser, live_stack):
     """A function: a fresh browser context signed in through the login form."""
     contexts = []
 
-    def sign_in(user):
+    def sign_in(user, **context_options):
+        """A fresh browser context signed in as `user` (options: Playwright's, e.g.
+        `timezone_id`)."""
         context = browser.new_context(
-            base_url=live_stack.url, viewport={"width": 1280, "height": 900}
+            base_url=live_stack.url, viewport={"width": 1280, "height": 900}, **context_options
         )
         contexts.append(context)
         page = context.new_page()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, timedelta
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -90,3 +91,14 @@ def test_the_all_jobs_list_filters_by_project_and_text_and_its_url_round_trips(
     expect(shared.locator("#job-list-body tr[data-state]")).to_have_count(2)
     expect(shared.locator(f"#job-row-{audio_sweep.public_id}")).to_have_count(0)
     shared.close()
+
+
+def test_times_read_in_the_browsers_time_zone_with_utc_on_hover(signed_in, team):
+    job = _submit(team, "tokyo-run", ["true"])
+    page = signed_in(team["member"], timezone_id="Asia/Tokyo")
+    page.goto("/o/studio/jobs/")
+    created = page.locator(f"#job-row-{job.public_id} time")
+    utc = job.created_at.astimezone(UTC)
+    tokyo = utc + timedelta(hours=9)  # Japan keeps no daylight saving time
+    expect(created).to_have_text(tokyo.strftime("%Y-%m-%d %H:%M:%S"))
+    expect(created).to_have_attribute("title", utc.strftime("%Y-%m-%d %H:%M:%S UTC"))

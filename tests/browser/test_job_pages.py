@@ -66,6 +66,8 @@ def test_cancelling_a_running_job_shows_terminated_live(signed_in, team):
     page = signed_in(team["member"])
     page.goto(f"/o/studio/jobs/{job.public_id}/")
     expect(page.locator('#job-status[data-state="running"]')).to_be_visible(timeout=30_000)
+    # Screen readers hear the status change: it sits in a polite live region.
+    expect(page.locator('[role="status"][aria-live="polite"] #job-status')).to_have_count(1)
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Terminate").click()
     expect(page.locator('#job-status[data-state="terminated"]')).to_be_visible(timeout=30_000)

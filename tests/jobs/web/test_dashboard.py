@@ -133,3 +133,44 @@ def test_the_all_jobs_list_pages_by_cursor_and_keeps_its_filters(client_for, mem
     assert _rows(second) == [made[1].public_id, made[0].public_id]
     stale = client.get("/o/acme/jobs/?project=vision&cursor=not-a-cursor")
     assert stale.status_code == 200 and len(_rows(stale.content.decode())) == 25
+
+
+def test_a_waiting_jobs_page_says_why_it_waits(client_for, member, org, project):
+    job = _job(org, name="patient", project=project)
+    client = client_for(member)
+    status = _status(client.get(f"/o/acme/jobs/{job.public_id}/").content.decode())
+    assert "Being placed on a provider." in status
+    services.record_event(
+        job=job, attempt=None, type="waiting_for_capacity", message="Waiting for capacity."
+    )
+    status = _status(client.get(f"/o/acme/jobs/{job.public_id}/").content.decode())
+    assert "Waiting for capacity: no provider has cpu x1 free." in status
+
+
+def test_a_failed_jobs_banner_gives_the_reason_in_words_and_what_to_do(
+    client_for, member, org, project
+):
+    job = _job(org, name="oops", project=project, state=S.FAILED)
+    body = client_for(member).get(f"/o/acme/jobs/{job.public_id}/").content.decode()
+    banner = body.split('id="job-error"')[1].split("</div>\n</div>")[0]
+    assert "The job failed. The workload exited with code 1." in banner
+    assert "<code>exit_code_1</code>" in banner  # the code, for a search or a ticket
+    assert "The last lines of its log below usually say why." in banner
+
+
+def test_the_job_page_writes_times_for_the_browser_and_rates_for_people(
+    client_for, member, org, project
+):
+    job = _job(org, name="timed", project=project, state=S.SUCCEEDED)
+    body = client_for(member).get(f"/o/acme/jobs/{job.public_id}/").content.decode()
+    facts = body.split('id="job-facts"')[1].split("</dl>")[0]
+    started = job.started_at or job.created_at
+    assert re.search(
+        r'<time datetime="\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ" data-style="datetime"', facts
+    )
+    assert 'title="' in facts and ' UTC"' in facts
+    assert started.strftime("%Y-%m-%d") in facts
+
+
+def _status(body: str) -> str:
+    return body.split('id="job-status"')[1].split("</div>")[0]
