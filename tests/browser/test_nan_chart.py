@@ -85,5 +85,5 @@ def test_a_chart_of_nothing_but_non_finite_losses_still_renders(signed_in, team)
     errors = _watch_errors(page)
     page.goto(f"/o/studio/jobs/{job.public_id}/")
     _expect_chart(page, "2", "2")
-    expect(page.locator('#job-metrics [data-metric="loss"]')).to_have_text("inf")
+    expect(page.locator('#job-metrics [data-metric="loss"]')).to_have_text("∞")
     assert errors == []

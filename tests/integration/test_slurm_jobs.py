@@ -45,7 +45,7 @@ def test_an_api_job_runs_on_the_slurm_provider_to_succeeded(slurm_provider, slur
 
 # Slurm preempts about ten seconds after the high job's submit, and the tiny model trains a
 # step in about 0.15 s here: enough steps to still be training then.
-STEPS = 300
+STEPS = 800  # long enough that Slurm's preemption (10-20 s) finds it still training
 
 
 def _queue_reason(api, job_id: str) -> str:
