@@ -15,11 +15,13 @@ from apps.core.transactions import after_commit
 
 DISPATCH_JOB = "jobs.dispatch_job"
 FINALIZE_JOB = "jobs.finalize_job"
-TASK_NAMES = (DISPATCH_JOB, FINALIZE_JOB)
+DISPATCH_WAITING = "jobs.dispatch_waiting"
+STOP_JOB = "jobs.stop_job"
+TASK_NAMES = (DISPATCH_JOB, FINALIZE_JOB, DISPATCH_WAITING, STOP_JOB)
 
 
-def _send(name: str, job_id: int) -> None:
-    current_app.send_task(name, args=[job_id])
+def _send(name: str, *args: int) -> None:
+    current_app.send_task(name, args=list(args))
 
 
 def dispatch_on_commit(job_id: int) -> None:
@@ -35,3 +37,14 @@ def dispatch_now(job_id: int) -> None:
 def finalize_on_commit(job_id: int) -> None:
     """Finish a job whose workload has ended, once the caller's writes are visible."""
     after_commit(_send, FINALIZE_JOB, job_id)
+
+
+def dispatch_waiting_now() -> None:
+    """Place the waiting jobs that fit now (capacity just freed), organizations in turn."""
+    _send(DISPATCH_WAITING)
+
+
+def stop_on_commit(job_id: int) -> None:
+    """Signal a terminating job's workload at once, rather than on the next heartbeat or
+    reconcile pass, once the caller's writes are visible."""
+    after_commit(_send, STOP_JOB, job_id)

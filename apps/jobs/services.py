@@ -266,7 +266,8 @@ def job_transition(
 def job_terminate(*, job: Job, reason: str = "cancelled", message: str = "") -> Job:
     """Ask for a job to end. Idempotent: a job already terminating or ended is returned as
     it is. A job that holds no hardware ends `terminated` at once; one that does goes
-    `terminating` and the reconcile loop releases its hardware."""
+    `terminating`, and `jobs.stop_job` signals its workload as soon as this commits
+    (reconcile is the safety net)."""
     with transaction.atomic():
         locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
         if locked.is_terminal or locked.state == JobState.TERMINATING:
@@ -281,6 +282,8 @@ def job_terminate(*, job: Job, reason: str = "cancelled", message: str = "") -> 
         locked = job_transition(job_id=locked.pk, to=JobState.TERMINATING, reason=reason)
         if held_nothing:
             locked = job_transition(job_id=locked.pk, to=JobState.TERMINATED, reason=reason)
+        else:
+            enqueue.stop_on_commit(locked.pk)  # signal the workload now, not on a tick
     return locked
 
 

@@ -9,7 +9,8 @@ import redis
 from django.conf import settings
 
 from apps.core.tasks import trainyard_task
-from apps.jobs.execution import dispatch, supervision
+from apps.jobs import enqueue
+from apps.jobs.execution import capacity, dispatch, stopping, supervision
 from apps.jobs.execution import reconcile as reconcile_loop
 
 logger = logging.getLogger(__name__)
@@ -23,6 +24,21 @@ def dispatch_job(job_id: int) -> None:
 @trainyard_task("jobs.finalize_job")
 def finalize_job(job_id: int) -> None:
     supervision.finalize(job_id)
+
+
+@trainyard_task("jobs.dispatch_waiting", acks_late=False, max_retries=0)
+def dispatch_waiting() -> None:
+    """Capacity freed: dispatch the waiting jobs, organizations in turn (each dispatch
+    places its job only if an offer has room, under the job's row lock). Safe to run twice;
+    a lost one is made up by the reconcile pass."""
+    capacity.dispatch_started()
+    for job_id in reconcile_loop.waiting_in_turn(settings.RECONCILE_DISPATCH_BATCH):
+        enqueue.dispatch_now(job_id)
+
+
+@trainyard_task("jobs.stop_job")
+def stop_job(job_id: int) -> None:
+    stopping.stop_now(job_id)
 
 
 @trainyard_task("jobs.reconcile", acks_late=False, max_retries=0)

@@ -1,10 +1,17 @@
 """When capacity may have changed, so that waiting jobs are worth dispatching again.
 
-Every attempt that ends frees capacity: it bumps a counter in Redis (after its commit).
-Reconcile re-dispatches waiting jobs when the counter moved since its last look, and
-otherwise only every DISPATCH_SWEEP_S (offers edited in the admin, a message the broker
-lost). Without this, every pass enqueued a dispatch per waiting job: one organization with
-many waiting jobs flooded the queue, and everyone else's dispatch waited behind it.
+Every attempt that ends frees capacity: after its commit it bumps a counter in Redis and
+sends `jobs.dispatch_waiting`, which places the waiting jobs that fit at once
+(organizations in turn), so a freed slot is taken within milliseconds rather than on the
+next reconcile tick. Those sends coalesce: while one is queued and not yet started
+(`PENDING_KEY`, at most PENDING_TTL_S), further frees send nothing — the queued one reads
+the waiting jobs when it runs, so it sees them all.
+
+Reconcile stays the safety net: it re-dispatches waiting jobs when the counter moved since
+its last look (a send the broker lost), and otherwise every DISPATCH_SWEEP_S (offers edited
+in the admin). Without the counter, every pass enqueued a dispatch per waiting job: one
+organization with many waiting jobs flooded the queue, and everyone else's dispatch waited
+behind it.
 """
 
 from __future__ import annotations
@@ -16,8 +23,11 @@ import redis
 from django.conf import settings
 
 from apps.core.transactions import after_commit
+from apps.jobs import enqueue
 
 EPOCH_KEY = "trainyard:capacity:epoch"
+PENDING_KEY = "trainyard:capacity:dispatch_pending"
+PENDING_TTL_S = 10
 SEEN_KEY = "trainyard:capacity:seen"
 SWEPT_KEY = "trainyard:capacity:swept_at"
 _client: redis.Redis | None = None
@@ -31,8 +41,20 @@ def _redis() -> redis.Redis:
 
 
 def _bump() -> None:
-    with suppress(redis.RedisError):  # the periodic sweep catches up
-        _redis().incr(EPOCH_KEY)
+    try:
+        client = _redis()
+        client.incr(EPOCH_KEY)
+        send = client.set(PENDING_KEY, 1, nx=True, ex=PENDING_TTL_S)
+    except redis.RedisError:  # the periodic sweep catches up
+        return
+    if send:
+        enqueue.dispatch_waiting_now()
+
+
+def dispatch_started() -> None:
+    """The queued `jobs.dispatch_waiting` runs: a capacity freed from now on sends another."""
+    with suppress(redis.RedisError):
+        _redis().delete(PENDING_KEY)
 
 
 def freed_on_commit() -> None:
