@@ -330,7 +330,7 @@ MAX_WAITING_JOBS_PER_ORG = env_int("MAX_WAITING_JOBS_PER_ORG", 200)
 # An allocation not launched after this long is launched again by reconcile (idempotently).
 LAUNCH_STALL_S = env_float("LAUNCH_STALL_S", 15.0)
 DISPATCH_MAX_DELIVERIES = env_int("DISPATCH_MAX_DELIVERIES", 5)
-LOG_BATCH_MAX_LINES = env_int("LOG_BATCH_MAX_LINES", 1000)
+LOG_BATCH_MAX_LINES = env_int("LOG_BATCH_MAX_LINES", 5000)  # the most a batch may carry
 LOG_BATCH_MAX_INTERVAL_S = env_float("LOG_BATCH_MAX_INTERVAL_S", 0.25)
 # Accounted time runs this many times faster than the wall clock: runtime limits and
 # per-minute billing use it. 1 in production; tests shorten minutes to seconds with 60.

@@ -155,6 +155,15 @@ def test_a_job_printing_200000_lines_keeps_every_one_in_order(api):
         f"{api.base}/api/v1/compute/jobs/{job['id']}/logs", params={"source": "user", "limit": 1}
     ).json()
     assert first_page["total"] == 200000
+    # The whole log in one streamed, gzipped download through the real ASGI server.
+    text = api.session.get(
+        f"{api.base}/api/v1/compute/jobs/{job['id']}/logs.txt",
+        params={"source": "user"},
+        headers={"Accept-Encoding": "gzip"},
+        timeout=60,
+    )
+    assert text.status_code == 200 and text.headers["Content-Encoding"] == "gzip"
+    assert text.text == "".join(f"{n}\n" for n in range(1, 200001))  # requests un-gzips it
 
 
 def test_a_worker_killed_right_after_taking_dispatch_runs_the_job_once(api, stack, tmp_path):

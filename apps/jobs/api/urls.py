@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.jobs.api import jobs, metrics, quotes
+from apps.jobs.api import jobs, log_text, metrics, quotes
 
 urlpatterns = [
     path("catalog/quotes", quotes.QuoteView.as_view(), name="api-quotes"),
@@ -9,6 +9,7 @@ urlpatterns = [
     path("jobs/<str:job_id>", jobs.JobDetailView.as_view(), name="api-job"),
     path("jobs/<str:job_id>/terminate", jobs.JobTerminateView.as_view(), name="api-job-terminate"),
     path("jobs/<str:job_id>/logs", jobs.JobLogsView.as_view(), name="api-job-logs"),
+    path("jobs/<str:job_id>/logs.txt", log_text.JobLogTextView.as_view(), name="api-job-log-text"),
     path("jobs/<str:job_id>/events", jobs.JobEventsView.as_view(), name="api-job-events"),
     path("jobs/<str:job_id>/metrics", metrics.JobMetricsView.as_view(), name="api-job-metrics"),
     path("jobs/<str:job_id>/artifacts", jobs.JobArtifactsView.as_view(), name="api-job-artifacts"),

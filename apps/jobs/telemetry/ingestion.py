@@ -107,7 +107,10 @@ def _storable(message: str) -> str:
     """`message` cut to MAX_MESSAGE_CHARS as text PostgreSQL can hold: no NUL, and a lone
     surrogate (which a JSON `\\ud800` escape decodes to; it has no UTF-8 form) becomes
     U+FFFD, as the runner's own decoding with replacement would have made it."""
-    return _SURROGATES.sub("\ufffd", message[:MAX_MESSAGE_CHARS].replace("\x00", ""))
+    message = message[:MAX_MESSAGE_CHARS]
+    if message.isascii():  # the common case: no surrogate can be there
+        return message.replace("\x00", "") if "\x00" in message else message
+    return _SURROGATES.sub("\ufffd", message.replace("\x00", ""))
 
 
 def ingest(*, attempt: Attempt, job: Job, lines: list[IncomingLine]) -> IngestResult:

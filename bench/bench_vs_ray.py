@@ -1,0 +1,376 @@
+"""Trainyard against Ray's Job Submission API, side by side on this machine, interleaved.
+
+Both get the same two slots: Trainyard's local provider offers `cpu` x os.cpu_count() (2
+here), and Ray's head node starts with `--num-cpus=2` and each job's entrypoint asks for
+one CPU (`entrypoint_num_cpus=1`; Ray's default of 0 would run every job at once). Trainyard
+runs with production timings (`live_stack.production_stack`: 5 s reconcile tick, 5 s
+heartbeats), on a database of its own.
+
+Paths, each measured `REPEATS` times per system, the two systems taking turns (Trainyard,
+Ray, Trainyard, ...), medians reported:
+
+1. submit → running: `sleep 3` submitted; until the API says running.
+2. 100,000 printed lines → all readable: `seq 1 100000` submitted; until the API returns
+   every line (Trainyard: `total` of the log pages; Ray: `get_job_logs`).
+3. re-reading those lines in full: Trainyard's `logs.txt` (gzip, as a client asks for it);
+   Ray's `get_job_logs`.
+4. terminate a running `sleep 600` → process gone: from the terminate call until no
+   process of that workload is left (a /proc scan for its unique argv), and until the API
+   reports it stopped.
+5. 20 x `sleep 1` submitted at once on the 2 slots → all finished.
+6. idle control plane memory: the RSS of every process of each (web, worker and its pool,
+   beat; Ray's GCS, raylet, dashboard and agents), summed, once idle.
+
+Ray comes from the optional `bench` extra (`pip install -e '.[bench]'`); without it this
+script says so and exits 0. Targets (#20): 20 jobs ≤ 1.1 x Ray; terminate → gone ≤ 0.5 s;
+100k lines readable ≤ 2 x Ray; full re-read ≤ 2 x Ray; submit → running ≤ 0.5 x Ray; idle
+memory ≤ 0.5 x Ray.
+
+    .venv/bin/python bench/bench_vs_ray.py     # BENCH_VS_RAY_REPEATS=9 for the full method
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+BENCH_DB = "trainyard_bench_vs_ray"
+REDIS_URL = os.environ.get("BENCH_VS_RAY_REDIS_URL", "redis://127.0.0.1:6379/11")
+REPEATS = int(os.environ.get("BENCH_VS_RAY_REPEATS", 3))
+LINES = 100_000
+POLL_S = 0.02
+RAY_PORT = 8265
+RAY_GCS_PORT = 6380  # Ray's default (6379) is Redis's, which the stack uses
+
+
+def _pids_with_argv(marker: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker.encode() in argv:
+            pids.append(int(entry))
+    return pids
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry))
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _rss_mib(pids) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def _wait(predicate, timeout: float = 300, interval: float = POLL_S):
+    deadline = time.monotonic() + timeout
+    while not (result := predicate()):
+        if time.monotonic() > deadline:
+            raise TimeoutError("timed out")
+        time.sleep(interval)
+    return result
+
+
+class Trainyard:
+    name = "Trainyard"
+
+    def __init__(self, base: str, key: str, stack) -> None:
+        import requests
+
+        self.base = f"{base}/api/v1/compute/jobs"
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+        self.stack = stack
+
+    def submit(self, command: list[str]) -> str:
+        body = {
+            "name": "bench-vs-ray",
+            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": {"image": "local", "command": command},
+        }
+        response = self.session.post(
+            self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=10
+        )
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    def state(self, job_id: str) -> str:
+        return self.session.get(f"{self.base}/{job_id}", timeout=10).json()["state"]
+
+    def running(self, job_id: str) -> bool:
+        return self.state(job_id) == "running"
+
+    def finished(self, job_id: str) -> bool:
+        return self.state(job_id) in {"succeeded", "failed", "terminated"}
+
+    def stopped(self, job_id: str) -> bool:
+        return self.state(job_id) == "terminated"
+
+    def lines_readable(self, job_id: str) -> int:
+        page = self.session.get(
+            f"{self.base}/{job_id}/logs", params={"source": "user", "limit": 1}, timeout=10
+        ).json()
+        return page["total"]
+
+    def read_all(self, job_id: str) -> str:
+        response = self.session.get(
+            f"{self.base}/{job_id}/logs.txt",
+            params={"source": "user"},
+            headers={"Accept-Encoding": "gzip"},
+            timeout=60,
+        )
+        return response.text
+
+    def terminate(self, job_id: str) -> None:
+        self.session.post(f"{self.base}/{job_id}/terminate", timeout=10)
+
+    def pids(self) -> set[int]:
+        pids = set()
+        for proc in self.stack.procs.values():
+            if proc.popen is not None and proc.popen.poll() is None:
+                pids |= _descendants(proc.popen.pid)
+        return pids
+
+
+class Ray:
+    name = "Ray"
+
+    def __init__(self) -> None:
+        from ray.job_submission import JobSubmissionClient
+
+        self.client = JobSubmissionClient(f"http://127.0.0.1:{RAY_PORT}")
+
+    def submit(self, command: list[str]) -> str:
+        return self.client.submit_job(entrypoint=" ".join(command), entrypoint_num_cpus=1)
+
+    def _status(self, job_id: str) -> str:
+        return str(self.client.get_job_status(job_id)).rsplit(".", 1)[-1]
+
+    def running(self, job_id: str) -> bool:
+        return self._status(job_id) == "RUNNING"
+
+    def finished(self, job_id: str) -> bool:
+        return self._status(job_id) in {"SUCCEEDED", "FAILED", "STOPPED"}
+
+    def stopped(self, job_id: str) -> bool:
+        return self._status(job_id) == "STOPPED"
+
+    def lines_readable(self, job_id: str) -> int:
+        return self.client.get_job_logs(job_id).count("\n")
+
+    def read_all(self, job_id: str) -> str:
+        return self.client.get_job_logs(job_id)
+
+    def terminate(self, job_id: str) -> None:
+        self.client.stop_job(job_id)
+
+
+def submit_to_running(system) -> float:
+    start = time.perf_counter()
+    job = system.submit(["sleep", "3"])
+    _wait(lambda: system.running(job))
+    took = time.perf_counter() - start
+    _wait(lambda: system.finished(job), interval=0.2)
+    return took
+
+
+def lines_readable(system) -> tuple[float, float]:
+    start = time.perf_counter()
+    job = system.submit(["seq", "1", str(LINES)])
+    _wait(lambda: system.lines_readable(job) >= LINES, interval=0.05)
+    readable = time.perf_counter() - start
+    _wait(lambda: system.finished(job), interval=0.2)
+    start = time.perf_counter()
+    text = system.read_all(job)
+    reread = time.perf_counter() - start
+    assert text.count("\n") >= LINES and text.rstrip().endswith(str(LINES)), text[-200:]
+    return readable, reread
+
+
+def terminate_to_gone(system) -> tuple[float, float]:
+    marker = f"60{uuid.uuid4().int % 10_000:04d}"  # a `sleep` argv no other process has
+    job = system.submit(["sleep", marker])
+    _wait(lambda: system.running(job) and _pids_with_argv(marker), interval=0.05)
+    start = time.perf_counter()
+    system.terminate(job)
+    _wait(lambda: not _pids_with_argv(marker), interval=0.005)
+    gone = time.perf_counter() - start
+    _wait(lambda: system.stopped(job), interval=0.01)
+    return gone, time.perf_counter() - start
+
+
+def twenty_on_two_slots(system) -> float:
+    start = time.perf_counter()
+    jobs = [system.submit(["sleep", "1"]) for _ in range(20)]
+    for job in jobs:
+        _wait(lambda job=job: system.finished(job), interval=0.05)
+    return time.perf_counter() - start
+
+
+PATHS = {
+    "submit → running (sleep 3)": submit_to_running,
+    "100,000 lines → readable, then re-read in full": lines_readable,
+    "terminate sleep 600 → process gone, then reported stopped": terminate_to_gone,
+    "20 x sleep 1 on 2 slots → all finished": twenty_on_two_slots,
+}
+
+
+def start_ray(temp: str) -> None:
+    ray = str(Path(sys.executable).with_name("ray"))
+    subprocess.run(
+        [
+            ray,
+            "start",
+            "--head",
+            f"--port={RAY_GCS_PORT}",
+            "--num-cpus=2",
+            "--include-dashboard=true",
+            f"--dashboard-port={RAY_PORT}",
+            f"--temp-dir={temp}",
+            "--disable-usage-stats",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    client = None
+    from ray.job_submission import JobSubmissionClient
+
+    def ready():
+        nonlocal client
+        try:
+            client = JobSubmissionClient(f"http://127.0.0.1:{RAY_PORT}")
+            return client.list_jobs() is not None
+        except Exception:
+            return False
+
+    _wait(ready, timeout=120, interval=0.5)
+
+
+def _ray_pids() -> set[int]:
+    pids = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"/ray/" in argv or b"raylet" in argv or b"gcs_server" in argv:
+            pids.add(int(entry))
+    return pids
+
+
+def stop_ray() -> None:
+    ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
+    subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=120, check=False)
+
+
+def main() -> int:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        print("bench_vs_ray: Ray is not installed (pip install -e '.[bench]'); skipped")
+        return 0
+    from live_stack import production_stack, setup_django, stop_runners, terminate_unfinished
+
+    setup_django(BENCH_DB, REDIS_URL)
+    from apps.accounts import services
+    from apps.billing import ledger
+
+    org = services.organization_create(name="bench-ray", slug="bench-ray", compute_enabled=True)
+    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
+    _, key = services.api_key_create(organization=org, name="bench")
+    results: dict[str, dict[str, list]] = {path: {"Trainyard": [], "Ray": []} for path in PATHS}
+    with tempfile.TemporaryDirectory(prefix="bench-ray-") as workdir:
+        stack = production_stack(BENCH_DB, REDIS_URL, Path(workdir) / "stack")
+        (Path(workdir) / "stack").mkdir()
+        trainyard = None
+        try:
+            stack.start()
+            start_ray(str(Path(workdir) / "ray"))
+            trainyard, ray_jobs = Trainyard(stack.url, key, stack), Ray()
+            submit_to_running(trainyard)  # warm-ups: first task, first job of each
+            submit_to_running(ray_jobs)
+            time.sleep(5)
+            memory = {"Trainyard": _rss_mib(trainyard.pids()), "Ray": _rss_mib(_ray_pids())}
+            for _ in range(REPEATS):
+                for path, measure in PATHS.items():
+                    for system in (trainyard, ray_jobs):
+                        results[path][system.name].append(measure(system))
+        except Exception:
+            print(stack.logs(), file=sys.stderr)
+            raise
+        finally:
+            if trainyard is not None:
+                terminate_unfinished(trainyard.terminate)
+            stack.stop()
+            stop_runners()
+            stop_ray()
+    report(results, memory)
+    return 0
+
+
+def _median(values, index=None) -> float:
+    return statistics.median(v if index is None else v[index] for v in values)
+
+
+def report(results, memory) -> None:
+    rows = []
+    for path, by_system in results.items():
+        parts = 2 if isinstance(by_system["Trainyard"][0], tuple) else 1
+        labels = path.split(", then ") if parts == 2 else [path]
+        for index in range(parts):
+            ty = _median(by_system["Trainyard"], index if parts == 2 else None)
+            ray = _median(by_system["Ray"], index if parts == 2 else None)
+            rows.append((labels[index], ty, ray))
+    print(f"Trainyard vs Ray Job Submission API ({REPEATS} interleaved repetitions, medians)")
+    print(f"  {'path':60} {'Trainyard':>10} {'Ray':>10} {'ratio':>7}")
+    for label, ty, ray in rows:
+        print(f"  {label:60} {ty:9.3f}s {ray:9.3f}s {ty / ray:7.2f}")
+    ty, ray = memory["Trainyard"], memory["Ray"]
+    print(f"  {'idle control plane memory (RSS)':60} {ty:7.0f}MiB {ray:7.0f}MiB {ty / ray:7.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

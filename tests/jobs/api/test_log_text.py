@@ -1,0 +1,84 @@
+"""A job's whole log as plain text (`logs.txt`), and log pages up to 5,000 lines."""
+
+import gzip
+from datetime import UTC, datetime
+
+import pytest
+
+from apps.jobs import services
+from tests.jobs.helpers import make_job
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(api_client_for, org):
+    return api_client_for(org)
+
+
+def _log(job, messages, source="user"):
+    services.logs_append(
+        job=job,
+        attempt=1,
+        lines=[
+            services.LogLineIn(timestamp=datetime.now(UTC), message=m, source=source)
+            for m in messages
+        ],
+    )
+
+
+def _text(response) -> bytes:
+    return b"".join(response)  # the sync test client consumes the async stream
+
+
+def test_the_whole_log_comes_as_plain_text_in_order_across_chunks(api, org, monkeypatch):
+    from apps.jobs.api import log_text
+
+    monkeypatch.setattr(log_text, "CHUNK_LINES", 7)  # several chunks for 20 lines
+    job = make_job(org)
+    messages = [f"step {n}\twith a tab and a \\ backslash é" for n in range(20)]
+    _log(job, messages[:10])
+    _log(job, ["control plane says hi"], source="system")
+    _log(job, messages[10:])
+    response = api.get(f"/api/v1/compute/jobs/{job.public_id}/logs.txt")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert "Content-Encoding" not in response
+    everything = _text(response).decode()
+    assert everything == "\n".join([*messages[:10], "control plane says hi", *messages[10:]]) + "\n"
+    assert response["X-Trainyard-Log-Lines"] == "21"
+    user = _text(api.get(f"/api/v1/compute/jobs/{job.public_id}/logs.txt", {"source": "user"}))
+    assert user.decode() == "\n".join(messages) + "\n"
+
+
+def test_it_is_gzipped_when_the_client_accepts_it(api, org):
+    job = make_job(org)
+    _log(job, [f"line {n}" for n in range(500)])
+    path = f"/api/v1/compute/jobs/{job.public_id}/logs.txt"
+    packed = api.get(path, HTTP_ACCEPT_ENCODING="br, gzip;q=0.8")
+    assert packed["Content-Encoding"] == "gzip" and packed["Vary"] == "Accept-Encoding"
+    body = _text(packed)
+    assert gzip.decompress(body).decode() == "".join(f"line {n}\n" for n in range(500))
+    assert len(body) < len(gzip.decompress(body)) / 3
+    refused = api.get(path, HTTP_ACCEPT_ENCODING="gzip;q=0")
+    assert "Content-Encoding" not in refused
+
+
+def test_an_empty_log_is_empty_and_a_bad_source_or_foreign_job_is_refused(api, org, other_org):
+    job = make_job(org)
+    assert _text(api.get(f"/api/v1/compute/jobs/{job.public_id}/logs.txt")) == b""
+    bad = api.get(f"/api/v1/compute/jobs/{job.public_id}/logs.txt", {"source": "kernel"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "source"
+    theirs = make_job(other_org)
+    missing = api.get(f"/api/v1/compute/jobs/{theirs.public_id}/logs.txt")
+    assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
+
+
+def test_a_json_log_page_takes_up_to_5000_lines(api, org):
+    job = make_job(org)
+    _log(job, [f"l{n}" for n in range(2500)])
+    path = f"/api/v1/compute/jobs/{job.public_id}/logs"
+    body = api.get(path, {"limit": 5000}).json()
+    assert len(body["data"]) == 2500 and body["next_cursor"] is None
+    too_many = api.get(path, {"limit": 5001})
+    assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "limit"
