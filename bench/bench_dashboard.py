@@ -30,33 +30,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+sys.path.insert(0, str(ROOT / "bench"))
 BENCH_DB = "trainyard_bench_dashboard"
+REDIS_URL = os.environ.get("BENCH_DASHBOARD_REDIS_URL", "redis://127.0.0.1:6379/11")
 BIG = int(os.environ.get("BENCH_JOBS", 100_000))
 SMALL = 100
 REPEATS = 20
 TARGET = 1.5
-
-
-def recreate_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-
-
-def setup_django() -> None:
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    os.environ["DATABASE_URL"] = f"{base}/{BENCH_DB}"
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.test_settings"
-    os.environ["ALLOWED_HOSTS"] = "testserver"
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
 
 
 def median_ms(fn) -> float:
@@ -170,8 +150,10 @@ def get_ok(client, path: str) -> str:
 
 
 def main() -> int:
-    recreate_database()
-    setup_django()
+    from live_stack import setup_django
+
+    os.environ.setdefault("ALLOWED_HOSTS", "testserver")
+    setup_django(BENCH_DB, REDIS_URL)
     _, small_user = make_org("small", SMALL)
     _, big_user = make_org("big", BIG)
     clients = {"small": client_for(small_user), "big": client_for(big_user)}
