@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from django.db.models import Prefetch, Q, Sum
+from django.db.models import Q, Sum
 from django.http import Http404
 from django.utils import timezone
 
@@ -22,7 +22,7 @@ from apps.billing.budgets import period_start
 from apps.core.errors import InvalidRequest
 from apps.core.pagination import PageRequest, created_page
 from apps.jobs.events import JobEventType
-from apps.jobs.models import Attempt, Job, JobCounter, JobEvent
+from apps.jobs.models import Job, JobCounter, JobEvent
 from apps.jobs.states import HOLDS_HARDWARE, NOTHING_TO_RELEASE, JobState
 from apps.projects.models import Project
 
@@ -59,13 +59,6 @@ class Overview:
     has_jobs: bool = True
 
 
-def _attempts() -> Prefetch:
-    return Prefetch(
-        "attempts",
-        queryset=Attempt.objects.select_related("provider", "preempted_by").order_by("number"),
-    )
-
-
 def _state_counts(organization: Organization) -> dict[str, int]:
     rows = (
         JobCounter.objects.filter(organization=organization)
@@ -81,7 +74,7 @@ def _newest(organization: Organization, states) -> list[Job]:
         Job.objects.for_org(organization)
         .filter(state__in=states)
         .select_related("project")
-        .prefetch_related(_attempts())
+        .with_attempts()
         .order_by("-created_at", "-id")[:OVERVIEW_ROWS]
     )
     for job in jobs:
@@ -138,8 +131,8 @@ def overview(organization: Organization) -> Overview:
         if status.spent_micros >= status.budget.limit_micros
     ]
     over_budget = [
-        f"{status.project.name if status.project else 'Organization'} {status.period} budget"
-        for status in exhausted
+        f"{budget.project.name if budget.project else 'Organization'} {budget.period} budget"
+        for budget in exhausted
     ]
     reasons = waiting_reasons(queued.jobs, over_budget=bool(exhausted))
     for job in queued.jobs:
@@ -240,7 +233,7 @@ def org_jobs(
     if filters.q:
         jobs = jobs.filter(Q(name__icontains=filters.q) | Q(public_id=filters.q))
         countable = False
-    jobs = jobs.select_related("project", "created_by").prefetch_related(_attempts())
+    jobs = jobs.select_related("project", "created_by").with_attempts()
     rows, next_cursor = created_page(jobs, page)
     total = (counters.aggregate(total=Sum("count"))["total"] or 0) if countable else None
     return rows, next_cursor, total

@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Prefetch, Q
 from django.utils import timezone
 
 from apps.accounts.models import ApiKey, Organization, User
@@ -32,6 +32,18 @@ class JobQuerySet(models.QuerySet):
 
     def active(self) -> JobQuerySet:
         return self.exclude(state__in=TERMINAL_STATES)
+
+    def with_attempts(self) -> JobQuerySet:
+        """Each job's attempts in order, with their provider and who preempted them: what
+        every page and API answer that shows attempts reads."""
+        return self.prefetch_related(
+            Prefetch(
+                "attempts",
+                queryset=Attempt.objects.select_related("provider", "preempted_by").order_by(
+                    "number"
+                ),
+            )
+        )
 
 
 class Job(models.Model):

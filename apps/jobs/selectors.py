@@ -7,13 +7,13 @@ import math
 import re
 from datetime import UTC
 
-from django.db.models import Count, Prefetch, Q, Sum
+from django.db.models import Count, Q, Sum
 from django.http import Http404
 
 from apps.accounts.models import Organization
 from apps.core.errors import InvalidRequest
 from apps.core.pagination import MAX_ID, PageRequest, created_page, encode_cursor, id_page
-from apps.jobs.models import Attempt, Job, JobCounter, JobEvent, LogLine, MetricSample
+from apps.jobs.models import Job, JobCounter, JobEvent, LogLine, MetricSample
 from apps.jobs.states import JobState
 from apps.projects.models import Project
 
@@ -23,20 +23,13 @@ def job_for_org(organization: Organization, public_id: str) -> Job:
     job = (
         Job.objects.for_org(organization)
         .select_related("project")
-        .prefetch_related(attempts_prefetch())
+        .with_attempts()
         .filter(public_id=public_id)
         .first()
     )
     if job is None:
         raise Http404("No such job.")
     return job
-
-
-def attempts_prefetch() -> Prefetch:
-    return Prefetch(
-        "attempts",
-        queryset=Attempt.objects.select_related("provider", "preempted_by").order_by("number"),
-    )
 
 
 def job_list(
@@ -61,7 +54,7 @@ def job_list(
             raise InvalidRequest(f"Unknown state {state!r}.", param="state")
         jobs = jobs.filter(state=state)
         counters = counters.filter(state=state)
-    jobs = jobs.select_related("project").prefetch_related(attempts_prefetch())
+    jobs = jobs.select_related("project").with_attempts()
     rows, next_cursor = created_page(jobs, page)
     total = counters.aggregate(total=Sum("count"))["total"] or 0
     return rows, next_cursor, total

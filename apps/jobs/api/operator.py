@@ -24,7 +24,6 @@ from apps.core.errors import Conflict
 from apps.jobs.api.serializers import AttemptOut, HardwareOut
 from apps.jobs.execution import preemption
 from apps.jobs.models import Job
-from apps.jobs.selectors import attempts_prefetch
 
 
 class IsOperator(permissions.BasePermission):
@@ -90,5 +89,5 @@ class ReclaimView(APIView):
             preemption.reclaim_attempt(job)
         except preemption.NothingToReclaim as exc:
             raise NotRunning() from exc
-        fresh = Job.objects.select_related("project").prefetch_related(attempts_prefetch())
+        fresh = Job.objects.select_related("project").with_attempts()
         return Response(OperatorJobOut(fresh.get(pk=job.pk)).data, status=status.HTTP_202_ACCEPTED)

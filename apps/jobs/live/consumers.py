@@ -127,6 +127,7 @@ class OverviewConsumer(_OrgConsumer, CoalescingConsumer):
     per `coalesce_s`, and always once after the last change."""
 
     coalesce_s = 1.0
+    billing: str | None = None  # the Billing group it also joined
 
     def _group_for(self) -> str:
         return overview_group(self.membership.organization_id)
@@ -138,7 +139,7 @@ class OverviewConsumer(_OrgConsumer, CoalescingConsumer):
         await count_watchers(self.billing, +1)
 
     async def _leave(self) -> None:
-        billing, self.billing = getattr(self, "billing", None), None
+        billing, self.billing = self.billing, None
         if billing:
             await self.channel_layer.group_discard(billing, self.channel_name)
             await count_watchers(billing, -1)

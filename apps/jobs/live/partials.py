@@ -12,13 +12,13 @@ import math
 from dataclasses import dataclass
 from itertools import chain
 
-from django.db.models import Prefetch
 from django.template.loader import render_to_string
 
 from apps.core.template_filters import sci, sig
+from apps.jobs import dashboard
 from apps.jobs.events import ARTIFACT_EVENTS, RESUME_EVENTS, JobEventType
 from apps.jobs.kinds import hooks_for
-from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine, MetricPoint
+from apps.jobs.models import Artifact, Job, JobEvent, LogLine, MetricPoint
 from apps.jobs.states import JobState
 
 WINDOW = 100
@@ -51,14 +51,7 @@ class Row:
 def job_for_push(job_pk: int) -> Job:
     return (
         Job.objects.select_related("project", "organization", "created_by")
-        .prefetch_related(
-            Prefetch(
-                "attempts",
-                queryset=Attempt.objects.select_related("provider", "preempted_by").order_by(
-                    "number"
-                ),
-            )
-        )
+        .with_attempts()
         .get(pk=job_pk)
     )
 
@@ -156,17 +149,11 @@ def artifacts_context(job: Job) -> dict:
 
 
 def waiting_reason(job: Job) -> str:
-    """Why a job that waits for hardware is waiting, in words ("" for one that does not)."""
-    if job.state == JobState.PREEMPTED:
-        return "Waiting to resume from its last checkpoint."
-    if job.state != JobState.REQUESTED:
+    """Why a job that waits for hardware is waiting, in the overview's words ("" for one
+    that does not wait)."""
+    if job.state not in dashboard.QUEUED_STATES:
         return ""
-    told = JobEvent.objects.filter(
-        job=job, type=JobEventType.WAITING_FOR_CAPACITY, created_at__gte=job.queued_at
-    ).exists()
-    if told:
-        return f"Waiting for capacity: no provider has {job.accelerator} x{job.gpu_count} free."
-    return "Being placed on a provider."
+    return dashboard.waiting_reasons([job], over_budget=False)[job.pk]
 
 
 def state_context(job: Job) -> dict:

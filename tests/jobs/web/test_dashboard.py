@@ -144,7 +144,7 @@ def test_a_waiting_jobs_page_says_why_it_waits(client_for, member, org, project)
         job=job, attempt=None, type="waiting_for_capacity", message="Waiting for capacity."
     )
     status = _status(client.get(f"/o/acme/jobs/{job.public_id}/").content.decode())
-    assert "Waiting for capacity: no provider has cpu x1 free." in status
+    assert "No capacity: no provider has cpu x1 free." in status  # the overview's words
 
 
 def test_a_failed_jobs_banner_gives_the_reason_in_words_and_what_to_do(
@@ -158,7 +158,7 @@ def test_a_failed_jobs_banner_gives_the_reason_in_words_and_what_to_do(
     assert "The last lines of its log below usually say why." in banner
 
 
-def test_the_job_page_writes_times_for_the_browser_and_rates_for_people(
+def test_the_job_page_writes_times_for_the_browser_with_utc_on_hover(
     client_for, member, org, project
 ):
     job = _job(org, name="timed", project=project, state=S.SUCCEEDED)
