@@ -263,6 +263,7 @@ class Runner:
             work_dir=work,
             checkpoint_root=checkpoint_root(workload_env(spec), work),
             report=collector.system,
+            logs=sender,
         )
         self.uploader = uploader
         collector.on_stdout_line = uploader.offer

@@ -44,7 +44,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from runner.client import (
     ClientError,
@@ -63,6 +63,16 @@ from runner.protocol import ARTIFACT_LINE_TYPES, ENV_CHECKPOINT_DIR, LINE_CHECKP
 _TYPE_MARKERS = tuple(f'"{kind}"' for kind in sorted(ARTIFACT_LINE_TYPES))
 COPY_CHUNK_BYTES = 1024 * 1024
 GZIP_LEVEL = 1  # weights barely compress; speed matters more than a few percent
+# How long an upload waits for the log lines printed before it to be acknowledged.
+LOGS_FIRST_S = 30.0
+
+
+class LogsBefore(Protocol):
+    """What the uploader needs of the log sender (`runner.loops.LogSender`)."""
+
+    def spooled_seq(self) -> int: ...
+
+    def wait_shipped(self, seq: int, timeout: float) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -283,8 +293,10 @@ class ArtifactUploader:
         checkpoint_root: Path | None,
         report: Callable[[str], None],
         on_retry: Callable[[int, RetryableError, float], object] | None = log_retry,
+        logs: LogsBefore | None = None,
     ) -> None:
         self.client = client
+        self.logs = logs
         self.workdir = workdir
         self.work_dir = work_dir
         self.checkpoint_root = checkpoint_root
@@ -323,7 +335,11 @@ class ArtifactUploader:
             if self._closed:
                 return
             self._pending += 1
-        self._queue.put(request)
+        # The lines printed before this request (the metrics of the steps the checkpoint
+        # holds) reach the control plane before the upload does: a runner killed after the
+        # upload must not leave a resumed run with steps it never reported.
+        seq = self.logs.spooled_seq() if self.logs is not None else 0
+        self._queue.put((request, seq))
 
     def drain(self, deadline: float) -> bool:
         """Stop taking requests and wait until every queued upload is done or `deadline`
@@ -369,10 +385,13 @@ class ArtifactUploader:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            request = self._queue.get()
-            if request is None or self._stop.is_set():
+            item = self._queue.get()
+            if item is None or self._stop.is_set():
                 return
+            request, seq = item
             try:
+                if self.logs is not None and not self.logs.wait_shipped(seq, LOGS_FIRST_S):
+                    self._say(f"uploading {request.path} before its log lines were acknowledged")
                 self._upload(request)
             except Exception as exc:  # a bug must not stop the uploads after it
                 self._say(f"uploading {request.path} failed: {exc!r}")

@@ -27,6 +27,7 @@ from runner.spool import Spool
 # A request body stays well under the 2.5 MB a Django server accepts by default
 # (DATA_UPLOAD_MAX_MEMORY_SIZE), even for a batch of 16,384-character lines.
 MAX_BATCH_BYTES = 1_000_000
+SHIPPED_POLL_S = 0.02
 THREAD_JOIN_TIMEOUT_S = 12.0  # a request in flight times out after 10 s
 
 
@@ -71,6 +72,21 @@ class LogSender:
     def flush_now(self) -> None:
         self._flush = True
         self._wake.set()
+
+    def spooled_seq(self) -> int:
+        """The seq of the last line spooled so far."""
+        return self.spool.last_seq
+
+    def wait_shipped(self, seq: int, timeout: float) -> bool:
+        """Send every line up to `seq` now and wait until the control plane acknowledged
+        them (False when `timeout` passed or the sender stopped first)."""
+        deadline = time.monotonic() + timeout
+        while self.spool.acked_seq < seq:
+            if self._stop.is_set() or time.monotonic() > deadline:
+                return False
+            self.flush_now()
+            self._stop.wait(SHIPPED_POLL_S)
+        return True
 
     def stop(self, timeout: float = THREAD_JOIN_TIMEOUT_S) -> None:
         self._stop.set()

@@ -186,6 +186,8 @@ class ControlPlane:
             "sha256": headers.get("x-trainyard-sha256"),
             "content_type": headers.get("content-type"),
             "body": body,
+            # What the plane had been told when the upload arrived.
+            "messages_before": [line["message"] for _, line in sorted(self.lines.items())],
         }
         self.upload_tries.append(upload)
         if self.upload_statuses:

@@ -251,6 +251,30 @@ def test_announced_checkpoints_and_adapters_are_uploaded_before_exit(plane, laun
     assert not list((tmp_path / "attempt").glob("artifact-*.tmp"))
 
 
+# Metrics, then at once the checkpoint of those steps: a runner killed right after the upload
+# must not leave the control plane with the checkpoint but without the steps it holds.
+METRICS_THEN_CHECKPOINT = r"""
+ck="$PWD/$TRAINYARD_CHECKPOINT_DIR"
+mkdir -p "$ck/checkpoint-3"
+echo "weights" > "$ck/checkpoint-3/model.bin"
+for step in 1 2 3; do echo '{"step": '$step', "loss": 0.5}'; done
+echo '{"type": "checkpoint", "step": 3, "path": "'"$ck"'/checkpoint-3"}'
+"""
+
+
+def test_a_checkpoint_is_uploaded_only_after_the_lines_printed_before_it(plane, launch, tmp_path):
+    plane.spec = spec(script_b64=script(METRICS_THEN_CHECKPOINT), log_batch_max_interval_s=2.0)
+
+    runner = launch(plane)
+
+    assert runner.wait(30) == 0, _runner_log(tmp_path)
+    (upload,) = plane.uploads
+    told = upload["messages_before"]
+    for step in (1, 2, 3):
+        assert f'{{"step": {step}, "loss": 0.5}}' in told, told
+    assert any(m.startswith('{"type": "checkpoint", "step": 3') for m in told), told
+
+
 def test_an_upload_that_never_succeeds_is_bounded_by_final_flush_timeout(plane, launch, tmp_path):
     plane.spec = spec(
         script_b64=script(SAVES),
