@@ -162,6 +162,8 @@ if attempt == "1":
     time.sleep(600)
 """
 
+URGENT_HOLDS_THE_SLOT = "import time; print('urgent', flush=True); time.sleep(4)"
+
 
 def test_a_displaced_job_is_watched_through_preemption_and_restart(
     signed_in, team, solo, screenshot
@@ -187,7 +189,9 @@ def test_a_displaced_job_is_watched_through_preemption_and_restart(
             "name": "urgent",
             "project": team["project"].public_id,
             "compute": compute,
-            "container": {"image": "local", "command": ["python", "-c", "print('urgent')"]},
+            # It holds the slot a few seconds: a freed slot places the victim again at once,
+            # and the page must get the chance to show it waiting as `preempted`.
+            "container": {"image": "local", "command": ["python", "-c", URGENT_HOLDS_THE_SLOT]},
         },
     ).job
 
