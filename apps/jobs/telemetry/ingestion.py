@@ -22,8 +22,10 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple, NoReturn
 
 import psycopg
+import psycopg.errors
 from django.db import DataError, IntegrityError, connection, transaction
 from django.db.models import Max
 
@@ -54,8 +56,9 @@ _SOURCES = frozenset(LogLine.Source.values)
 _STREAMS = frozenset(LogLine.Stream.values)
 
 
-@dataclass(frozen=True)
-class IncomingLine:
+class IncomingLine(NamedTuple):
+    # A tuple, not a frozen dataclass: a batch makes thousands, and a frozen dataclass's
+    # __init__ costs several times a tuple's.
     seq: int
     timestamp: datetime
     source: str
@@ -77,30 +80,58 @@ def parse_batch(payload: object) -> list[IncomingLine]:
     if len(raw_lines) > MAX_BATCH_LINES:
         raise InvalidRequest(f"At most {MAX_BATCH_LINES} lines a batch.", param="lines")
     parsed = []
+    append = parsed.append
+    fromisoformat = datetime.fromisoformat
     for index, raw in enumerate(raw_lines):
-        param = f"lines[{index}]"
-        if not isinstance(raw, dict):
-            raise InvalidRequest("A line must be an object.", param=param)
-        seq, ts, message = raw.get("seq"), raw.get("ts"), raw.get("message")
-        source, stream = raw.get("source", "user"), raw.get("stream", "stdout")
-        if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= MAX_SEQ:
-            raise InvalidRequest(
-                f"seq must be a whole number from 1 to {MAX_SEQ}.", param=f"{param}.seq"
-            )
-        try:
-            timestamp = datetime.fromisoformat(ts if isinstance(ts, str) else None)
-        except (TypeError, ValueError) as exc:
-            raise InvalidRequest("ts must be an ISO 8601 time.", param=f"{param}.ts") from exc
-        if timestamp.tzinfo is None:
-            raise InvalidRequest("ts must carry a time zone.", param=f"{param}.ts")
-        if not isinstance(source, str) or source not in _SOURCES:
-            raise InvalidRequest("source must be user or system.", param=f"{param}.source")
-        if not isinstance(stream, str) or stream not in _STREAMS:
-            raise InvalidRequest("stream must be stdout or stderr.", param=f"{param}.stream")
-        if not isinstance(message, str):
-            raise InvalidRequest("message must be a string.", param=f"{param}.message")
-        parsed.append(IncomingLine(seq, timestamp, source, stream, _storable(message)))
+        # The hot path: plain type checks first; only a line that fails one is examined
+        # again, to name its first bad field.
+        if type(raw) is dict:
+            seq, ts, message = raw.get("seq"), raw.get("ts"), raw.get("message")
+            source, stream = raw.get("source", "user"), raw.get("stream", "stdout")
+            if (
+                type(seq) is int
+                and 1 <= seq <= MAX_SEQ
+                and type(ts) is str
+                and type(message) is str
+                and type(source) is str
+                and source in _SOURCES
+                and type(stream) is str
+                and stream in _STREAMS
+            ):
+                try:
+                    timestamp = fromisoformat(ts)
+                except ValueError:
+                    timestamp = None
+                if timestamp is not None and timestamp.tzinfo is not None:
+                    append(IncomingLine(seq, timestamp, source, stream, _storable(message)))
+                    continue
+        _refuse(raw, f"lines[{index}]")
     return parsed
+
+
+def _refuse(raw: object, param: str) -> NoReturn:
+    """Raise InvalidRequest naming the first bad field of a line that failed the fast checks."""
+    if not isinstance(raw, dict):
+        raise InvalidRequest("A line must be an object.", param=param)
+    seq, ts, message = raw.get("seq"), raw.get("ts"), raw.get("message")
+    source, stream = raw.get("source", "user"), raw.get("stream", "stdout")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 1 <= seq <= MAX_SEQ:
+        raise InvalidRequest(
+            f"seq must be a whole number from 1 to {MAX_SEQ}.", param=f"{param}.seq"
+        )
+    try:
+        timestamp = datetime.fromisoformat(ts if isinstance(ts, str) else None)
+    except (TypeError, ValueError) as exc:
+        raise InvalidRequest("ts must be an ISO 8601 time.", param=f"{param}.ts") from exc
+    if timestamp.tzinfo is None:
+        raise InvalidRequest("ts must carry a time zone.", param=f"{param}.ts")
+    if not isinstance(source, str) or source not in _SOURCES:
+        raise InvalidRequest("source must be user or system.", param=f"{param}.source")
+    if not isinstance(stream, str) or stream not in _STREAMS:
+        raise InvalidRequest("stream must be stdout or stderr.", param=f"{param}.stream")
+    if not isinstance(message, str):
+        raise InvalidRequest("message must be a string.", param=f"{param}.message")
+    raise InvalidRequest("The line is not valid.", param=param)  # a subclass of int or str
 
 
 def _storable(message: str) -> str:
@@ -182,31 +213,18 @@ def _store_parsed(job: Job, attempt: int, inserted, times, dropped: _Dropped) ->
 
 
 def _insert(job_id: int, attempt: int, lines: list[IncomingLine], messages: list[str]):
-    """Insert what is new; returns (id, seq, source, message) of the inserted rows."""
-    table = LogLine._meta.db_table
+    """Insert what is new; returns (id, seq, source, message) of the inserted rows, by seq."""
     if connection.vendor == "postgresql":
         connection.ensure_connection()
-        # A server-side-binding cursor sends the five arrays in binary (%b), rather than
-        # spelling a thousand values out in the SQL text.
-        with psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(
-                f"INSERT INTO {table} (job_id, attempt, seq, source, stream, timestamp, message) "
-                "SELECT %b, %b, s.seq, s.source, s.stream, s.ts, s.message FROM unnest("
-                "%b::integer[], %b::text[], %b::text[], %b::timestamptz[], %b::text[]) "
-                "AS s(seq, source, stream, ts, message) "
-                "ON CONFLICT (job_id, attempt, seq) WHERE seq IS NOT NULL DO NOTHING "
-                "RETURNING id, seq, source, message",
-                [
-                    job_id,
-                    attempt,
-                    [line.seq for line in lines],
-                    [line.source for line in lines],
-                    [line.stream for line in lines],
-                    [line.timestamp for line in lines],
-                    messages,
-                ],
-            )
-            return sorted(cursor.fetchall(), key=lambda row: row[1])
+        try:
+            # A batch sent for the first time (nearly every one) goes in by binary COPY, about
+            # twice as fast as an INSERT; a batch with a seq already stored (a retry) breaks
+            # the unique constraint, undoes only this savepoint, and goes the INSERT way.
+            with transaction.atomic():
+                return _copy(job_id, attempt, lines, messages)
+        except psycopg.errors.UniqueViolation:
+            return _insert_new(job_id, attempt, lines, messages)
+    table = LogLine._meta.db_table
     inserted = []  # SQLite (the `make run` default): row by row, skipping known seqs
     with connection.cursor() as cursor:
         for line, message in zip(lines, messages, strict=True):
@@ -219,6 +237,69 @@ def _insert(job_id: int, attempt: int, lines: list[IncomingLine], messages: list
             if cursor.rowcount:
                 inserted.append((cursor.lastrowid, line.seq, line.source, message))
     return inserted
+
+
+_COPY_TYPES = ["int8", "int8", "int4", "int4", "text", "text", "timestamptz", "text"]
+
+
+def _copy(job_id: int, attempt: int, lines: list[IncomingLine], messages: list[str]):
+    """Every line of the batch by one binary COPY, with ids drawn from the table's sequence
+    first (in seq order, so ids and seqs agree as an INSERT would have made them). Raises
+    UniqueViolation when a seq of the batch is already stored."""
+    table = LogLine._meta.db_table
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+            [table, len(lines)],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+        ordered = sorted(zip(lines, messages, strict=True), key=lambda pair: pair[0].seq)
+        columns = "id, job_id, attempt, seq, source, stream, timestamp, message"
+        with cursor.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
+            copy.set_types(_COPY_TYPES)
+            for row_id, (line, message) in zip(ids, ordered, strict=True):
+                copy.write_row(
+                    (
+                        row_id,
+                        job_id,
+                        attempt,
+                        line.seq,
+                        line.source,
+                        line.stream,
+                        line.timestamp,
+                        message,
+                    )
+                )
+    return [
+        (row_id, line.seq, line.source, message)
+        for row_id, (line, message) in zip(ids, ordered, strict=True)
+    ]
+
+
+def _insert_new(job_id: int, attempt: int, lines: list[IncomingLine], messages: list[str]):
+    """The lines whose (attempt, seq) is not stored yet, by one INSERT that skips the rest."""
+    table = LogLine._meta.db_table
+    # A server-side-binding cursor sends the five arrays in binary (%b), rather than
+    # spelling a thousand values out in the SQL text.
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (job_id, attempt, seq, source, stream, timestamp, message) "
+            "SELECT %b, %b, s.seq, s.source, s.stream, s.ts, s.message FROM unnest("
+            "%b::integer[], %b::text[], %b::text[], %b::timestamptz[], %b::text[]) "
+            "AS s(seq, source, stream, ts, message) "
+            "ON CONFLICT (job_id, attempt, seq) WHERE seq IS NOT NULL DO NOTHING "
+            "RETURNING id, seq, source, message",
+            [
+                job_id,
+                attempt,
+                [line.seq for line in lines],
+                [line.source for line in lines],
+                [line.stream for line in lines],
+                [line.timestamp for line in lines],
+                messages,
+            ],
+        )
+        return sorted(cursor.fetchall(), key=lambda row: row[1])
 
 
 class _TooDeep(Exception):
