@@ -101,6 +101,13 @@ class Job(models.Model):
     live_seq = models.BigIntegerField(default=0)
     user_log_lines = models.BigIntegerField(default=0)
     system_log_lines = models.BigIntegerField(default=0)
+    # The ended job's whole log as one gzip file in the default storage, built once after it
+    # ends (apps.jobs.telemetry.log_archive): the file's storage name, the highest LogLine id
+    # and the number of lines it holds. Written only after the file is complete; a reader
+    # trusts it only while both still match the job's log ("" and None: no archive yet).
+    log_archive_name = models.CharField(max_length=255, blank=True, default="")
+    log_archive_last_id = models.BigIntegerField(null=True, blank=True)
+    log_archive_lines = models.BigIntegerField(default=0)
     # Each metric series' latest point and point count, kept by ingestion (and a resume) in
     # the same transaction as the MetricSample rows, so the job object's `latest_metrics` and
     # the metrics API's `names` cost no query: {name: {step, value, time, attempt, points}}.
