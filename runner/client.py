@@ -284,6 +284,16 @@ class ControlClient:
     def post_logs(self, lines: list[dict]) -> dict:
         return self.request("POST", "logs", {"lines": lines})
 
+    def post_log_lines(self, lines: list[bytes], follows: int | None = None) -> dict:
+        """POST a batch of lines given as the spool holds them (ASCII JSON objects), joined
+        into the body as they are: no line is parsed or serialised again. `follows`: the
+        last seq of a batch that may still be in flight (the control plane stores this one
+        after it, so lines keep their order)."""
+        head = b'{"lines":[' if follows is None else b'{"follows":%d,"lines":[' % follows
+        data = head + b",".join(lines) + b"]}"
+        req = self._request_object("POST", self.base + "logs", data, "application/json")
+        return self._json_answer(req, "POST logs", self.timeout)
+
     def post_heartbeat(self, last_seq: int) -> dict:
         return self.request("POST", "heartbeat", {"last_seq": last_seq})
 

@@ -116,23 +116,83 @@ class LogSender:
             if pending < self.max_lines and now < due and not self._flush:
                 self._wait(due - now)
                 continue
-            lines = self.spool.unacked(self.max_lines, MAX_BATCH_BYTES)
-            try:
-                retrying(lambda lines=lines: self.client.post_logs(lines), stop=self._stop)
-            except RetryStopped:
+            batches = [self.spool.unacked_raw(self.max_lines, MAX_BATCH_BYTES)]
+            if pending > len(batches[0]):
+                # A backlog: the next batch goes at once beside it, so the control plane
+                # parses one while it stores the other.
+                after = batches[0][-1][0]
+                follow = self.spool.unacked_raw(self.max_lines, MAX_BATCH_BYTES, after=after)
+                if follow:
+                    batches.append(follow)
+            outcomes = self._send(batches)
+            stored = 0
+            for batch, outcome in zip(batches, outcomes, strict=True):
+                if outcome is not None:
+                    break  # acks go in order: a later batch stored now is stored again
+                self.spool.ack(batch[-1][0])
+                stored += len(batch)
+            refused = [o for o in outcomes if isinstance(o, (SupersededError, FatalError))]
+            if refused:
+                self.on_abort(refusal_status(refused[0]), str(refused[0]))
                 return
-            except (SupersededError, FatalError) as exc:
-                self.on_abort(refusal_status(exc), str(exc))
+            if self._stop.is_set():
                 return
-            except Exception as exc:  # a bug must not silently stop the logs
-                log(f"sending logs failed: {exc!r}")
+            failed = [o for o in outcomes if o is not None and not isinstance(o, RetryStopped)]
+            if failed:  # a bug must not silently stop the logs
+                log(f"sending logs failed: {failed[0]!r}")
                 self._stop.wait(1.0)
-                continue
-            self.spool.ack(lines[-1]["seq"])
-            if len(lines) >= pending:
+            elif stored >= pending:
                 first_seen = None
-            # else: lines seen before this send are left (the batch was cut by size); they
-            # are due already, so the next batch goes at once.
+            # else: lines seen before this send are left (the batch was cut by size, or a
+            # batch was not stored); they are due already, so the next batch goes at once.
+
+    def _send(self, batches: list[list[tuple[int, bytes]]]) -> list[BaseException | None]:
+        """Post the batches, the second (if any) in a thread of its own and marked as
+        following the first; each retries until it is answered or the sender stops. Returns
+        None for each batch stored, else what stopped it."""
+        halt = _Halt(self._stop)
+
+        def post(batch, follows=None) -> BaseException | None:
+            lines = [raw for _, raw in batch]
+            try:
+                retrying(lambda: self.client.post_log_lines(lines, follows), stop=halt)
+            except BaseException as exc:  # handed to the loop, which decides
+                halt.set()  # the other batch stops retrying: it will be sent again
+                return exc
+            return None
+
+        if len(batches) == 1:
+            return [post(batches[0])]
+        second: list[BaseException | None] = []
+        thread = threading.Thread(
+            target=lambda: second.append(post(batches[1], batches[0][-1][0])),
+            name="runner-sender-2",
+            daemon=True,
+        )
+        thread.start()
+        first = post(batches[0])
+        thread.join()
+        return [first, second[0] if second else RetryStopped()]
+
+
+class _Halt:
+    """A stop for one round of sends: set by the sender's stop or by a failed batch."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self._stop = stop
+        self._own = threading.Event()
+
+    def set(self) -> None:
+        self._own.set()
+
+    def is_set(self) -> bool:
+        return self._own.is_set() or self._stop.is_set()
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.is_set() and (left := deadline - time.monotonic()) > 0:
+            self._own.wait(min(left, 0.05))
+        return self.is_set()
 
 
 class Heartbeat:

@@ -118,24 +118,20 @@ class OutputCollector:
             if self._closed:
                 return
             ts = utc_now_iso()
-            for message in messages:
-                line = {
-                    "seq": self._seq + 1,
-                    "ts": ts,
-                    "source": source,
-                    "stream": stream,
-                    "message": message,
-                }
-                try:
-                    self.spool.append(line)
-                except (OSError, ValueError) as exc:
-                    # Disk full or spool closed: the line is lost, but the numbering stays
-                    # without gaps and the workload is not blocked on a full pipe.
-                    self._lost += 1
-                    if self._lost == 1 or self._lost % 1000 == 0:
-                        _warn(f"could not spool a line ({self._lost} lost so far): {exc}")
-                    continue
-                self._seq += 1
+            first = self._seq + 1
+            lines = [
+                {"seq": seq, "ts": ts, "source": source, "stream": stream, "message": message}
+                for seq, message in enumerate(messages, start=first)
+            ]
+            try:
+                self.spool.append_many(lines)
+            except (OSError, ValueError) as exc:
+                before = self._lost
+                self._lost += len(lines)
+                if before == 0 or before // 1000 != self._lost // 1000:
+                    _warn(f"could not spool {len(lines)} line(s) ({self._lost} lost so far): {exc}")
+                return
+            self._seq += len(lines)
         if self.notify is not None:
             self.notify()
 
@@ -188,14 +184,21 @@ class OutputCollector:
                 break
             buf += data
             start = 0
+            complete: list[bytes] = []
             while True:
                 newline = buf.find(b"\n", start)
                 if newline < 0:
                     break
                 raw = bytes(buf[start:newline])
                 start = newline + 1
-                state, long_line = long_line, None
-                self._guarded(self._line, stream, state, raw)
+                if long_line is not None:  # only the first line of a read can end one
+                    state, long_line = long_line, None
+                    self._guarded(self._feed, stream, state, raw, final=True)
+                else:
+                    complete.append(raw)
+            if complete and not self._guarded(self._complete_lines, stream, complete):
+                for raw in complete:  # find the one line that fails; keep the others
+                    self._guarded(self._complete_lines, stream, [raw])
             del buf[:start]
             if len(buf) >= self.read_chunk_bytes:
                 long_line = long_line or _LongLine()
@@ -216,20 +219,23 @@ class OutputCollector:
             return False
         return True
 
-    def _line(self, stream: str, state: _LongLine | None, raw: bytes) -> None:
-        if state is None:
-            self._complete_line(stream, raw)
-        else:
-            self._feed(stream, state, raw, final=True)
-
-    def _complete_line(self, stream: str, raw: bytes) -> None:
-        text = raw.decode("utf-8", "replace")
-        if text.endswith("\r"):
-            text = text[:-1]
-        masked = self.masker.mask(text)
-        self._emit(SOURCE_USER, stream, split_message(masked, self.max_message_chars))
+    def _complete_lines(self, stream: str, raws: list[bytes]) -> None:
+        """Spool the lines of one read together: one timestamp, one lock, one write. Each is
+        decoded and masked before any is spooled, so a failure spools none of them."""
+        texts = []
+        messages: list[str] = []
+        limit = self.max_message_chars
+        for raw in raws:
+            text = raw.decode("utf-8", "replace")
+            if text.endswith("\r"):
+                text = text[:-1]
+            texts.append(text)
+            masked = self.masker.mask(text)
+            messages += [masked] if len(masked) <= limit else split_message(masked, limit)
+        self._emit(SOURCE_USER, stream, messages)
         if self.on_stdout_line is not None and stream == STREAM_STDOUT:
-            self.on_stdout_line(text)
+            for text in texts:
+                self._guarded(self.on_stdout_line, text)
 
     def _feed(self, stream: str, state: _LongLine, raw: bytes, *, final: bool) -> None:
         """Add the next bytes of a long line; with `final`, they end it."""

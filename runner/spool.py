@@ -17,6 +17,7 @@ line and caches the lines read beyond it, so each line is read from disk once.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import threading
@@ -61,9 +62,10 @@ class Spool:
         self._acked = self._read_acked()
         self._last_seq = 0
         # Offset just past the last acknowledged line, and the lines read beyond it that are
-        # not acknowledged yet, each with the offset just past it and its size in bytes.
+        # not acknowledged yet, each as (seq, its raw JSON bytes with the newline, the offset
+        # just past it).
         self._ack_pos = 0
-        self._cache: deque[tuple[dict, int, int]] = deque()
+        self._cache: deque[tuple[int, bytes, int]] = deque()
         self._read_pos = 0
         self._recover()
         # Unbuffered: each append is one write(2), and a failed one can be undone whole
@@ -126,10 +128,23 @@ class Spool:
 
         Raises OSError (disk full) with the file as it was before: no torn line is left.
         """
+        self.append_many([line])
+
+    def append_many(self, lines: list[dict]) -> None:
+        """Write `lines` (dicts with int `seq`s, consecutive and above `last_seq`) with one
+        write(2): a fast workload's read of many lines costs one system call, not one each.
+
+        Raises OSError (disk full) with the file as it was before: none of them is written.
+        """
+        if not lines:
+            return
         # ASCII JSON: any string (even a lone surrogate) round-trips, and no line is torn
         # into invalid UTF-8. Its size is also an upper bound of the line's size in a
         # UTF-8 request body, which `unacked(max_bytes=...)` relies on.
-        data = (json.dumps(line, separators=(",", ":")) + "\n").encode("ascii")
+        dumps = json.dumps
+        data = "".join([dumps(line, separators=(",", ":")) + "\n" for line in lines]).encode(
+            "ascii"
+        )
         with self._lock:
             if self._closed:
                 raise ValueError("the spool is closed")
@@ -141,7 +156,7 @@ class Spool:
                 os.ftruncate(self._writer.fileno(), self._write_pos)
                 raise
             self._write_pos += len(data)
-            self._last_seq = line["seq"]
+            self._last_seq = lines[-1]["seq"]
             self._dirty = True
             now = time.monotonic()
             if now - self._last_fsync >= self.fsync_interval_s:
@@ -152,24 +167,42 @@ class Spool:
     def unacked(self, limit: int, max_bytes: int | None = None) -> list[dict]:
         """The first lines after the acknowledged seq, in seq order: at most `limit`, and
         (when given) at most `max_bytes` of spooled JSON, but always at least one line."""
+        return [json.loads(raw) for _, raw in self.unacked_raw(limit, max_bytes)]
+
+    def unacked_raw(
+        self, limit: int, max_bytes: int | None = None, *, after: int | None = None
+    ) -> list[tuple[int, bytes]]:
+        """As `unacked`, but each line as (seq, its JSON bytes without the newline), not
+        parsed; with `after`, the lines after that seq (a batch that follows one still in
+        flight)."""
         with self._lock:
             if self._closed:
                 return []
-            if len(self._cache) < limit and self._read_pos < self._write_pos:
+            skip = 0
+            if after is not None:
+                skip = sum(1 for seq, _, _ in self._cache if seq <= after)
+            wanted = skip + limit
+            if len(self._cache) < wanted and self._read_pos < self._write_pos:
                 self._reader.seek(self._read_pos)
-                while len(self._cache) < limit and self._read_pos < self._write_pos:
+                while len(self._cache) < wanted and self._read_pos < self._write_pos:
                     raw = self._reader.readline()
                     if not raw.endswith(b"\n"):
                         break  # cannot happen under the lock; never hand out half a line
                     self._read_pos += len(raw)
-                    self._cache.append((json.loads(raw), self._read_pos, len(raw)))
-            lines = []
+                    seq = _seq_of(raw)
+                    if seq is None:
+                        break  # not a line this spool wrote; never hand it out
+                    self._cache.append((seq, raw, self._read_pos))
+                    if after is not None and seq <= after:
+                        skip += 1
+                        wanted += 1
+            lines: list[tuple[int, bytes]] = []
             total = 0
-            for line, _, size in self._cache:
-                total += size
+            for seq, raw, _ in itertools.islice(self._cache, skip, None):
+                total += len(raw)
                 if len(lines) >= limit or (lines and max_bytes is not None and total > max_bytes):
                     break
-                lines.append(line)
+                lines.append((seq, raw[:-1]))
             return lines
 
     def ack(self, seq: int) -> None:
@@ -177,17 +210,17 @@ class Spool:
         with self._lock:
             if seq <= self._acked or self._closed:
                 return
-            while self._cache and self._cache[0][0]["seq"] <= seq:
-                _, self._ack_pos, _ = self._cache.popleft()
+            while self._cache and self._cache[0][0] <= seq:
+                _, _, self._ack_pos = self._cache.popleft()
             if not self._cache and self._read_pos < self._write_pos:
                 # An ack beyond what was read (not done by the runner): skip forward.
                 self._reader.seek(self._read_pos)
                 while self._read_pos < self._write_pos:
                     raw = self._reader.readline()
-                    line = json.loads(raw)
-                    if line["seq"] > seq:
-                        self._cache.append((line, self._read_pos + len(raw), len(raw)))
+                    line_seq = _seq_of(raw)
+                    if line_seq is not None and line_seq > seq:
                         self._read_pos += len(raw)
+                        self._cache.append((line_seq, raw, self._read_pos))
                         break
                     self._read_pos += len(raw)
                     self._ack_pos = self._read_pos

@@ -89,7 +89,8 @@ class ControlPlane:
 
     Set `orders` (a list) to answer the next heartbeats with those orders in turn, or
     `heartbeat_status` to answer heartbeats with an error (e.g. 409 superseded), or
-    `spec_status` to answer `GET spec` with one. `requests` records (method, endpoint,
+    `spec_status` to answer `GET spec` with one, or `log_statuses` to answer the next log
+    batches with errors. `requests` records (method, endpoint,
     headers with lowercase names) of every request.
 
     Artifacts: every upload try is recorded in `upload_tries`; `upload_statuses` (a list)
@@ -108,6 +109,8 @@ class ControlPlane:
         self.receipts: dict[int, int] = {}
         self.batches: list[int] = []  # lines per batch
         self.batch_bytes: list[int] = []
+        self.follows: list[tuple[int | None, int]] = []  # each batch's (`follows`, first seq)
+        self.log_statuses: list[int] = []  # answers for the next log batches, in turn
         self.spec_fetches = 0
         self.started: list[dict] = []
         self.heartbeats: list[dict] = []
@@ -154,7 +157,10 @@ class ControlPlane:
                 self.started.append(body)
                 return 200, {"order": "continue"}
             if (method, endpoint) == ("POST", "logs"):
+                if self.log_statuses:
+                    return self.log_statuses.pop(0), {"error": {"type": "unavailable"}}
                 accepted = duplicates = 0
+                self.follows.append((body.get("follows"), body["lines"][0]["seq"]))
                 self.batches.append(len(body["lines"]))
                 self.batch_bytes.append(int(headers.get("Content-Length", 0)))
                 for line in body["lines"]:

@@ -444,6 +444,29 @@ def test_a_fast_workload_delivers_100000_lines(plane, launch, tmp_path):
     print(f"runner: 100,000 lines end to end in {elapsed:.1f} s")
 
 
+def test_a_backlog_goes_two_batches_at_a_time_and_a_failed_one_is_sent_again(
+    plane, launch, tmp_path
+):
+    plane.spec = spec(
+        command=[sys.executable, "-c", "for i in range(20000): print(i)"],
+        log_batch_max_interval_s=5,  # only full batches go before the workload ends
+    )
+    plane.log_statuses = [503]  # the first batch of the first pair fails once
+
+    runner = launch(plane)
+
+    assert runner.wait(60) == 0, _runner_log(tmp_path)
+    lines = assert_complete(plane)  # every line once, in seq order
+    user = [line["message"] for line in lines if line["source"] == "user"]
+    assert user == [str(i) for i in range(20000)]
+    # The second of a pair names the last seq of the first (the line just before its own
+    # first): the control plane stores it after that one.
+    pairs = [(follows, first) for follows, first in plane.follows if follows is not None]
+    assert len(pairs) >= 5
+    assert all(follows == first - 1 for follows, first in pairs)
+    assert max(plane.batches) <= 1000
+
+
 def test_sigterm_while_the_spec_cannot_be_fetched_exits_without_starting(plane, launch, tmp_path):
     plane.server.stop()  # connections are refused: the runner keeps retrying the spec
     runner = launch(plane)

@@ -9,6 +9,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from runner.spool import Spool
 
 REPO = Path(__file__).resolve().parents[2]
@@ -161,3 +163,27 @@ def test_it_appends_200000_lines_in_a_few_seconds(tmp_path):
     print(f"spool: {200_000 / append_s:,.0f} lines/s appended; {total_s:.2f} s with reading back")
     assert sent == 200_000
     assert append_s < 8
+
+
+def test_append_many_writes_its_lines_with_one_write_and_hands_them_out_raw(tmp_path):
+    spool = Spool(tmp_path)
+    spool.append_many([_line(seq) for seq in range(1, 6)])
+    assert spool.last_seq == 5
+    raw = spool.unacked_raw(10)
+    assert [seq for seq, _ in raw] == [1, 2, 3, 4, 5]
+    assert [json.loads(line) for _, line in raw] == [_line(seq) for seq in range(1, 6)]
+    # A batch that follows one in flight: the lines after that one's last seq.
+    assert [seq for seq, _ in spool.unacked_raw(2, after=2)] == [3, 4]
+    assert [seq for seq, _ in spool.unacked_raw(10, after=5)] == []
+    spool.ack(2)
+    assert [seq for seq, _ in spool.unacked_raw(10, after=3)] == [4, 5]
+
+
+def test_a_failed_append_many_writes_none_of_its_lines(tmp_path):
+    spool = Spool(tmp_path)
+    spool.append(_line(1))
+    with pytest.raises(TypeError):
+        spool.append_many([_line(2), {"seq": 3, "message": object()}])
+    assert spool.last_seq == 1
+    spool.append_many([_line(2)])
+    assert [line["seq"] for line in spool.unacked(10)] == [1, 2]

@@ -1,5 +1,7 @@
 """`POST jobs/<job id>/logs`: a batch of the workload's log lines (docs/runner-protocol.md),
-stored once per sequence number, so a batch sent twice is counted once."""
+stored once per sequence number, so a batch sent twice is counted once. A batch marked
+`follows: N` was sent while the batch ending at seq N may still be in flight: it waits
+(briefly) for that one to be stored first, so ids keep the order of seqs."""
 
 from __future__ import annotations
 
@@ -14,6 +16,10 @@ from apps.jobs.telemetry import ingestion
 @require_POST
 @runner_endpoint
 def logs(request: HttpRequest, attempt: Attempt) -> JsonResponse:
-    lines = ingestion.parse_batch(json_body(request))
+    payload = json_body(request)
+    lines = ingestion.parse_batch(payload)
+    follows = ingestion.parse_follows(payload)
+    if follows is not None:
+        ingestion.wait_for_predecessor(job_id=attempt.job_id, attempt=attempt.number, seq=follows)
     result = ingestion.ingest(attempt=attempt, job=attempt.job, lines=lines)
     return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple, NoReturn
@@ -44,6 +45,10 @@ from runner import protocol
 logger = logging.getLogger(__name__)
 
 MAX_BATCH_LINES = 5000
+# A batch that follows one in flight waits this long at most for it (polling every
+# FOLLOW_POLL_S): a 5,000-line batch is stored in well under a tenth of a second.
+FOLLOW_WAIT_S = 2.0
+FOLLOW_POLL_S = 0.005
 MAX_MESSAGE_CHARS = 16384
 # `LogLine.seq` is a PositiveIntegerField (PostgreSQL `integer`).
 MAX_SEQ = 2_147_483_647
@@ -132,6 +137,30 @@ def _refuse(raw: object, param: str) -> NoReturn:
     if not isinstance(message, str):
         raise InvalidRequest("message must be a string.", param=f"{param}.message")
     raise InvalidRequest("The line is not valid.", param=param)  # a subclass of int or str
+
+
+def parse_follows(payload: dict) -> int | None:
+    """The optional `follows` of a batch: the last seq of the batch sent just before it."""
+    follows = payload.get("follows")
+    if follows is None:
+        return None
+    if type(follows) is not int or not 1 <= follows <= MAX_SEQ:
+        raise InvalidRequest(f"follows must be a whole number from 1 to {MAX_SEQ}.", "follows")
+    return follows
+
+
+def wait_for_predecessor(*, job_id: int, attempt: int, seq: int) -> bool:
+    """Wait, at most FOLLOW_WAIT_S, until the line `seq` of the attempt is stored (the batch
+    before this one, sent at the same time, commits first). True when it is. Bounded, so a
+    predecessor that never comes (a lost request the runner will send again) delays a batch
+    but never stalls the log. Call outside a transaction."""
+    lines = LogLine.objects.filter(job_id=job_id, attempt=attempt, seq=seq)
+    deadline = time.monotonic() + FOLLOW_WAIT_S
+    while not lines.exists():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(FOLLOW_POLL_S)
+    return True
 
 
 def _storable(message: str) -> str:

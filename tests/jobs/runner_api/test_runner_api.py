@@ -1,5 +1,7 @@
 """The runner endpoints, called as the runner calls them (Django test client, real DB)."""
 
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -10,6 +12,7 @@ from apps.jobs.execution import attempts, dispatch, supervision
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
 from apps.jobs.states import JobState
+from apps.jobs.telemetry import ingestion
 from apps.secrets import services as secret_services
 from tests.jobs.helpers import make_job
 
@@ -95,6 +98,49 @@ def test_a_token_of_another_job_is_404(org, other_org):
         == 404
     )
     assert not LogLine.objects.filter(job=theirs.job, source="user").exists()
+
+
+def _batch(seqs, **extra) -> dict:
+    return {"lines": [_line(seq, f"line {seq}") for seq in seqs], **extra}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_that_follows_one_in_flight_is_stored_after_it(org):
+    """The runner sends two batches at once, the second marked `follows`: even when the
+    second arrives first, its lines get ids after the first's, so ids keep seq order."""
+    runner = _allocated(org)
+    answers = {}
+
+    def send_second():
+        answers["second"] = runner.post("logs", _batch(range(6, 11), follows=5))
+
+    second = threading.Thread(target=send_second)
+    second.start()
+    time.sleep(0.2)  # the second is waiting for seq 5
+    assert "second" not in answers
+    assert runner.post("logs", _batch(range(1, 6))).json() == {"accepted": 5, "duplicates": 0}
+    second.join(10)
+    assert answers["second"].json() == {"accepted": 5, "duplicates": 0}
+    by_id = LogLine.objects.filter(job=runner.job, seq__isnull=False).order_by("id")
+    assert list(by_id.values_list("seq", flat=True)) == list(range(1, 11))
+
+
+def test_a_batch_whose_predecessor_never_comes_is_stored_after_a_bounded_wait(org, monkeypatch):
+    monkeypatch.setattr(ingestion, "FOLLOW_WAIT_S", 0.1)
+    runner = _allocated(org)
+    started = time.monotonic()
+    answer = runner.post("logs", _batch(range(6, 8), follows=5))
+    assert answer.json() == {"accepted": 2, "duplicates": 0}
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.parametrize("follows", [0, -1, "5", 2.5, True, 2**31])
+def test_a_bad_follows_is_a_400_and_stores_nothing(org, follows):
+    runner = _allocated(org)
+    answer = runner.post("logs", _batch([1], follows=follows))
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "follows"
+    assert not LogLine.objects.filter(job=runner.job, seq__isnull=False).exists()
 
 
 def test_started_moves_the_job_to_running_and_heartbeats_carry_orders(org):
