@@ -17,7 +17,8 @@ DISPATCH_JOB = "jobs.dispatch_job"
 FINALIZE_JOB = "jobs.finalize_job"
 DISPATCH_WAITING = "jobs.dispatch_waiting"
 STOP_JOB = "jobs.stop_job"
-TASK_NAMES = (DISPATCH_JOB, FINALIZE_JOB, DISPATCH_WAITING, STOP_JOB)
+ARCHIVE_LOG = "jobs.archive_log"
+TASK_NAMES = (DISPATCH_JOB, FINALIZE_JOB, DISPATCH_WAITING, STOP_JOB, ARCHIVE_LOG)
 
 
 def _send(name: str, *args: int) -> None:
@@ -48,3 +49,14 @@ def stop_on_commit(job_id: int) -> None:
     """Signal a terminating job's workload at once, rather than on the next heartbeat or
     reconcile pass, once the caller's writes are visible."""
     after_commit(_send, STOP_JOB, job_id)
+
+
+def archive_log_on_commit(job_id: int) -> None:
+    """Write an ended job's log out as one gzip file (apps.jobs.telemetry.log_archive), once
+    the caller's writes are visible."""
+    after_commit(_send, ARCHIVE_LOG, job_id)
+
+
+def archive_log_now(job_id: int) -> None:
+    """For a reader that found an ended job's archive missing or stale (outside a write)."""
+    _send(ARCHIVE_LOG, job_id)

@@ -252,6 +252,7 @@ def job_transition(
         job.save(update_fields=fields)
         if states.is_terminal(to):
             holds.release_holds(job.pk)
+            enqueue.archive_log_on_commit(job.pk)  # logs.txt then serves one gzip file
         _count(job, current, to)
         record_event(
             job=job,

@@ -12,6 +12,7 @@ from apps.core.tasks import trainyard_task
 from apps.jobs import enqueue
 from apps.jobs.execution import capacity, dispatch, stopping, supervision
 from apps.jobs.execution import reconcile as reconcile_loop
+from apps.jobs.telemetry import log_archive
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,13 @@ def dispatch_waiting() -> None:
 @trainyard_task("jobs.stop_job")
 def stop_job(job_id: int) -> None:
     stopping.stop_now(job_id)
+
+
+# A long log takes longer than the default limits (tens of seconds for ten million lines).
+@trainyard_task("jobs.archive_log", soft_time_limit=300, time_limit=360)
+def archive_log(job_id: int) -> None:
+    """Write an ended job's whole log out as one gzip file; safe to run twice."""
+    log_archive.build(job_id)
 
 
 @trainyard_task("jobs.reconcile", acks_late=False, max_retries=0)

@@ -1,8 +1,15 @@
 """`GET /api/v1/compute/jobs/{id}/logs.txt`: a job's whole log as plain text, one message a
 line, oldest first (`?source=user|system` for one source), streamed as it is read — chunks
-of `CHUNK_LINES` by id, so memory stays flat however long the log — and gzip-compressed
-when the client accepts it (`Accept-Encoding: gzip`). The same organization scoping and
-keys as every compute endpoint; another organization's job is a 404.
+of `log_archive.CHUNK_LINES` by id, so memory stays flat however long the log — and
+gzip-compressed when the client accepts it (`Accept-Encoding: gzip`). The same organization
+scoping and keys as every compute endpoint; another organization's job is a 404.
+
+An ended job's whole log (no `?source`) comes from its archive when it has a current one
+(`apps.jobs.telemetry.log_archive`): one gzip file written once after the job ended, with
+the same bytes the database would give. It goes out as it is stored when gzip is accepted,
+and is decompressed on the fly otherwise. A running job, `?source=`, and an ended job whose
+archive is missing, stale (a line came after it) or whose file is gone are read from the
+database as before; for an ended job that also asks for the archive to be built again.
 
 Lines are the stored messages (masked at ingestion), without timestamps or streams: what
 the workload printed, as `tail` would show it. The JSON pages (`/logs`) carry the rest.
@@ -10,11 +17,10 @@ the workload printed, as `tail` would show it. The JSON pages (`/logs`) carry th
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import AsyncIterator
+from typing import IO
 
 from asgiref.sync import sync_to_async
-from django.db import connection
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -23,54 +29,49 @@ from rest_framework.views import APIView
 from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
 from apps.core.errors import InvalidRequest
 from apps.jobs import selectors
-from apps.jobs.models import LogLine
-
-CHUNK_LINES = 50_000
-
-
-def _chunk(job_id: int, source: str | None, after_id: int) -> tuple[int, bytes]:
-    """The next CHUNK_LINES messages after `after_id`, joined by PostgreSQL itself (one
-    string per chunk rather than a row object per line). SQLite joins them here."""
-    if connection.vendor != "postgresql":
-        lines = LogLine.objects.filter(job_id=job_id, id__gt=after_id)
-        if source:
-            lines = lines.filter(source=source)
-        rows = list(lines.order_by("id").values_list("id", "message")[:CHUNK_LINES])
-        if not rows:
-            return after_id, b""
-        return rows[-1][0], ("\n".join(m for _, m in rows) + "\n").encode()
-    table = LogLine._meta.db_table
-    where = "job_id = %s AND id > %s" + (" AND source = %s" if source else "")
-    params = [job_id, after_id, *([source] if source else []), CHUNK_LINES]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT max(id), string_agg(message, E'\\n' ORDER BY id) FROM "
-            f"(SELECT id, message FROM {table} WHERE {where} ORDER BY id LIMIT %s) AS chunk",
-            params,
-        )
-        last_id, text = cursor.fetchone()
-    if last_id is None:
-        return after_id, b""
-    return last_id, (text + "\n").encode("utf-8", "replace")
+from apps.jobs.models import Job, LogLine
+from apps.jobs.telemetry import log_archive
 
 
 async def _lines(job_id: int, source: str | None) -> AsyncIterator[bytes]:
     after_id = 0
     while True:
-        after_id, body = await sync_to_async(_chunk)(job_id, source, after_id)
-        if not body:
+        chunk = await sync_to_async(log_archive.read_chunk)(job_id, source, after_id)
+        if not chunk.body:
             return
-        yield body
+        after_id = chunk.last_id
+        yield chunk.body
 
 
 async def _gzipped(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    # Level 1: logs compress well even so, and the stream is not held up by the CPU.
-    compressor = zlib.compressobj(1, zlib.DEFLATED, 31)  # wbits 31: the gzip container
+    compressor = log_archive.gzip_compressor()
     async for chunk in chunks:
         packed = compressor.compress(chunk)
         if packed:
             yield packed
     yield compressor.flush()
+
+
+async def _archived(stream: IO[bytes], *, decompress: bool) -> AsyncIterator[bytes]:
+    blocks = log_archive.read_blocks(stream, decompress=decompress)
+    try:
+        while block := await sync_to_async(next)(blocks, b""):
+            yield block
+    finally:
+        await sync_to_async(stream.close)()
+
+
+def _from_archive(job: Job, gzip: bool) -> tuple[IO[bytes], AsyncIterator[bytes]] | None:
+    """The ended job's archive as the body, when it has a current one whose file is there;
+    else None (and the archive is asked for again)."""
+    if not job.is_terminal:
+        return None
+    name = log_archive.current_archive(job)
+    stream = log_archive.open_archive(name) if name else None
+    if stream is None:
+        log_archive.request_build(job.pk)
+        return None
+    return stream, _archived(stream, decompress=not gzip)
 
 
 def _accepts_gzip(header: str) -> bool:
@@ -94,10 +95,17 @@ class JobLogTextView(APIView):
         source = request.query_params.get("source") or None
         if source is not None and source not in LogLine.Source.values:
             raise InvalidRequest("source must be user or system.", param="source")
-        body = _lines(job.pk, source)
+        gzip = _accepts_gzip(request.headers.get("Accept-Encoding", ""))
         response = StreamingHttpResponse(content_type="text/plain; charset=utf-8")
-        if _accepts_gzip(request.headers.get("Accept-Encoding", "")):
-            body = _gzipped(body)
+        archived = _from_archive(job, gzip) if source is None else None
+        if archived is not None:
+            stream, body = archived
+            response._resource_closers.append(stream.close)  # also when never iterated
+        else:
+            body = _lines(job.pk, source)
+            if gzip:
+                body = _gzipped(body)
+        if gzip:
             response["Content-Encoding"] = "gzip"
         response.streaming_content = body
         response["Vary"] = "Accept-Encoding"

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 import pytest
 
 from apps.jobs import services
+from apps.jobs.telemetry import log_archive
 from tests.jobs.helpers import make_job
 
 pytestmark = pytest.mark.django_db
@@ -32,9 +33,7 @@ def _text(response) -> bytes:
 
 
 def test_the_whole_log_comes_as_plain_text_in_order_across_chunks(api, org, monkeypatch):
-    from apps.jobs.api import log_text
-
-    monkeypatch.setattr(log_text, "CHUNK_LINES", 7)  # several chunks for 20 lines
+    monkeypatch.setattr(log_archive, "CHUNK_LINES", 7)  # several chunks for 20 lines
     job = make_job(org)
     messages = [f"step {n}\twith a tab and a \\ backslash é" for n in range(20)]
     _log(job, messages[:10])
