@@ -198,7 +198,9 @@ def _render_rows(rows: list[Row]) -> str:
     return "".join(_render("row.html", {"row": row}) for row in rows)
 
 
-def render_push(job: Job, *, seq: int, event_ids, log_ids, metric_ids, state_changed) -> str:
+def render_push(
+    job: Job, *, seq: int, event_ids, log_ids, metric_ids, state_changed, log_seqs=None
+) -> str:
     parts = [_render("live_marker.html", {"seq": seq, "oob": True})]
     if state_changed:
         parts.append(_state_parts(job))
@@ -216,6 +218,12 @@ def render_push(job: Job, *, seq: int, event_ids, log_ids, metric_ids, state_cha
     if log_ids:
         lines = LogLine.objects.filter(id__in=sorted(log_ids)[-PUSH_LOG_LINES:]).order_by("id")
         parts.append(_log_part(lines, skipped=max(0, len(log_ids) - PUSH_LOG_LINES)))
+    if log_seqs and log_seqs[1]:
+        attempt, seqs = log_seqs
+        lines = LogLine.objects.filter(
+            job=job, attempt=attempt, seq__in=sorted(seqs)[-PUSH_LOG_LINES:]
+        ).order_by("id")
+        parts.append(_log_part(lines, skipped=max(0, len(seqs) - PUSH_LOG_LINES)))
     return "".join(parts)
 
 

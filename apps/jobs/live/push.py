@@ -65,9 +65,13 @@ def push_on_commit(
     seq: int,
     event_ids: list[int] = (),
     log_ids: list[int] = (),
+    log_seqs: tuple[int, list[int]] | None = None,
     metric_ids: list[int] = (),
     state_changed: bool = False,
 ) -> None:
+    """After commit, render what changed for whoever watches. New log lines are named by id
+    (`log_ids`) or, for a runner's batch (stored without reading ids back), by
+    `log_seqs`: (attempt, seqs)."""
     after_commit(
         _push,
         job_pk=job.pk,
@@ -76,13 +80,14 @@ def push_on_commit(
         seq=seq,
         event_ids=list(event_ids),
         log_ids=list(log_ids),
+        log_seqs=log_seqs,
         metric_ids=list(metric_ids),
         state_changed=state_changed,
     )
 
 
 def _push(
-    *, job_pk, groups, organization_id, seq, event_ids, log_ids, metric_ids, state_changed
+    *, job_pk, groups, organization_id, seq, event_ids, log_ids, log_seqs, metric_ids, state_changed
 ) -> None:
     layer = get_channel_layer()
     group, projects = groups
@@ -100,6 +105,7 @@ def _push(
                 seq=seq,
                 event_ids=event_ids,
                 log_ids=log_ids,
+                log_seqs=log_seqs,
                 metric_ids=metric_ids,
                 state_changed=state_changed,
             )

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import wraps
 
+import orjson
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
@@ -101,11 +102,22 @@ def runner_endpoint(view: Callable) -> Callable:
 
 def json_body(request: HttpRequest) -> object:
     """The request's JSON body. A body over DATA_UPLOAD_MAX_MEMORY_SIZE is a 413
-    `payload_too_large`, one that is not JSON or is nested too deeply to read a 400."""
+    `payload_too_large`, one that is not JSON or is nested too deeply to read a 400.
+
+    orjson reads it first (a log batch is the hottest body there is, and orjson reads it
+    several times faster); whatever orjson refuses (a lone surrogate escape, an integer past
+    64 bits, NaN, deep nesting, UTF-16) is read by the standard library as before, so the
+    answer to any body is the one `json` gives."""
     try:
-        return json.loads(request.body or b"{}")
+        raw = request.body or b"{}"
     except RequestDataTooBig as exc:
         raise body_too_large() from exc
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(raw)
     except RecursionError as exc:
         raise nested_too_deep() from exc
     except ValueError as exc:

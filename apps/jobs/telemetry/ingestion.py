@@ -87,6 +87,7 @@ def parse_batch(payload: object) -> list[IncomingLine]:
     parsed = []
     append = parsed.append
     fromisoformat = datetime.fromisoformat
+    new_line = tuple.__new__
     for index, raw in enumerate(raw_lines):
         # The hot path: plain type checks first; only a line that fails one is examined
         # again, to name its first bad field.
@@ -108,7 +109,11 @@ def parse_batch(payload: object) -> list[IncomingLine]:
                 except ValueError:
                     timestamp = None
                 if timestamp is not None and timestamp.tzinfo is not None:
-                    append(IncomingLine(seq, timestamp, source, stream, _storable(message)))
+                    # tuple.__new__ rather than the named tuple's own __new__ (a Python
+                    # function): a batch makes thousands of these.
+                    append(
+                        new_line(IncomingLine, (seq, timestamp, source, stream, _storable(message)))
+                    )
                     continue
         _refuse(raw, f"lines[{index}]")
     return parsed
@@ -181,7 +186,7 @@ def ingest(*, attempt: Attempt, job: Job, lines: list[IncomingLine]) -> IngestRe
     with transaction.atomic():
         inserted = _insert(job.pk, attempt.number, lines, messages)
         if inserted:
-            user = sum(1 for row in inserted if row[2] == LogLine.Source.USER)
+            user = sum(1 for row in inserted if row[1] == LogLine.Source.USER)
             dropped = _Dropped()
             # The live sequence first: it locks the job's row, which the metric series
             # summary is read and written under (and which a resume holds while it
@@ -190,7 +195,10 @@ def ingest(*, attempt: Attempt, job: Job, lines: list[IncomingLine]) -> IngestRe
             times = {line.seq: line.timestamp for line in lines}
             metric_ids = _store_parsed(job, attempt.number, inserted, times, dropped)
             push.push_on_commit(
-                job=job, seq=seq, log_ids=[row[0] for row in inserted], metric_ids=metric_ids
+                job=job,
+                seq=seq,
+                log_seqs=(attempt.number, [row[0] for row in inserted]),
+                metric_ids=metric_ids,
             )
             if dropped.notes:
                 services.system_log(job=job, attempt=attempt.number, message=dropped.message())
@@ -233,7 +241,7 @@ def _store_parsed(job: Job, attempt: int, inserted, times, dropped: _Dropped) ->
             return metric_ids
     except (DataError, IntegrityError, ValueError) as exc:
         logger.warning("metrics of a log batch of job %s not stored", job.pk, exc_info=True)
-        seqs = [row[1] for row in inserted]
+        seqs = [row[0] for row in inserted]
         dropped.add(
             f"the metrics and grading events of lines seq {min(seqs)} to {max(seqs)} "
             f"(the database refused them: {type(exc).__name__})"
@@ -242,7 +250,7 @@ def _store_parsed(job: Job, attempt: int, inserted, times, dropped: _Dropped) ->
 
 
 def _insert(job_id: int, attempt: int, lines: list[IncomingLine], messages: list[str]):
-    """Insert what is new; returns (id, seq, source, message) of the inserted rows, by seq."""
+    """Insert what is new; returns (seq, source, message) of the inserted rows, by seq."""
     if connection.vendor == "postgresql":
         connection.ensure_connection()
         try:
@@ -264,45 +272,27 @@ def _insert(job_id: int, attempt: int, lines: list[IncomingLine], messages: list
                 [job_id, attempt, line.seq, line.source, line.stream, line.timestamp, message],
             )
             if cursor.rowcount:
-                inserted.append((cursor.lastrowid, line.seq, line.source, message))
+                inserted.append((line.seq, line.source, message))
     return inserted
 
 
-_COPY_TYPES = ["int8", "int8", "int4", "int4", "text", "text", "timestamptz", "text"]
+_COPY_COLUMNS = "job_id, attempt, seq, source, stream, timestamp, message"
+_COPY_TYPES = ["int8", "int4", "int4", "text", "text", "timestamptz", "text"]
 
 
 def _copy(job_id: int, attempt: int, lines: list[IncomingLine], messages: list[str]):
-    """Every line of the batch by one binary COPY, with ids drawn from the table's sequence
-    first (in seq order, so ids and seqs agree as an INSERT would have made them). Raises
-    UniqueViolation when a seq of the batch is already stored."""
+    """Every line of the batch by one binary COPY, in seq order, so the ids the table gives
+    them follow their seqs as an INSERT's would. Raises UniqueViolation when a seq of the
+    batch is already stored."""
     table = LogLine._meta.db_table
-    with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-            [table, len(lines)],
-        )
-        ids = [row[0] for row in cursor.fetchall()]
-        ordered = sorted(zip(lines, messages, strict=True), key=lambda pair: pair[0].seq)
-        columns = "id, job_id, attempt, seq, source, stream, timestamp, message"
-        with cursor.copy(f"COPY {table} ({columns}) FROM STDIN (FORMAT BINARY)") as copy:
-            copy.set_types(_COPY_TYPES)
-            for row_id, (line, message) in zip(ids, ordered, strict=True):
-                copy.write_row(
-                    (
-                        row_id,
-                        job_id,
-                        attempt,
-                        line.seq,
-                        line.source,
-                        line.stream,
-                        line.timestamp,
-                        message,
-                    )
-                )
-    return [
-        (row_id, line.seq, line.source, message)
-        for row_id, (line, message) in zip(ids, ordered, strict=True)
-    ]
+    rows = sorted(zip(lines, messages, strict=True))  # IncomingLine sorts by seq first
+    statement = f"COPY {table} ({_COPY_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+    with psycopg.Cursor(connection.connection) as cursor, cursor.copy(statement) as copy:
+        copy.set_types(_COPY_TYPES)
+        write = copy.write_row
+        for (seq, timestamp, source, stream, _), message in rows:
+            write((job_id, attempt, seq, source, stream, timestamp, message))
+    return [(line.seq, line.source, message) for line, message in rows]
 
 
 def _insert_new(job_id: int, attempt: int, lines: list[IncomingLine], messages: list[str]):
@@ -317,7 +307,7 @@ def _insert_new(job_id: int, attempt: int, lines: list[IncomingLine], messages: 
             "%b::integer[], %b::text[], %b::text[], %b::timestamptz[], %b::text[]) "
             "AS s(seq, source, stream, ts, message) "
             "ON CONFLICT (job_id, attempt, seq) WHERE seq IS NOT NULL DO NOTHING "
-            "RETURNING id, seq, source, message",
+            "RETURNING seq, source, message",
             [
                 job_id,
                 attempt,
@@ -328,7 +318,7 @@ def _insert_new(job_id: int, attempt: int, lines: list[IncomingLine], messages: 
                 messages,
             ],
         )
-        return sorted(cursor.fetchall(), key=lambda row: row[1])
+        return sorted(cursor.fetchall())
 
 
 class _TooDeep(Exception):
@@ -358,7 +348,7 @@ def _json_storable(value, depth: int = 0):
 def _record_grading(job: Job, attempt: int, inserted, dropped: _Dropped) -> None:
     """A workload that grades itself prints `{"type": "grading", ...}` (the built-in trainer
     does): keep the verdict as an event, which the job page shows."""
-    for _, seq, source, message in inserted:
+    for seq, source, message in inserted:
         if source != LogLine.Source.USER or f'"{protocol.LINE_GRADING}"' not in message:
             continue
         try:
@@ -393,7 +383,7 @@ def _record_service_port(job: Job, attempt: int, inserted) -> None:
     hooks = hooks_for(job)
     if not hooks.serves:
         return
-    for _, _seq, source, message in inserted:
+    for _seq, source, message in inserted:
         if source != LogLine.Source.USER or f'"{protocol.LINE_SERVING}"' not in message:
             continue
         try:
@@ -431,7 +421,7 @@ def _store_metrics(job: Job, attempt: int, inserted, times, dropped: _Dropped) -
     samples: list[series.Sample] = []
     next_step = None
     past_last_step = []
-    for _, seq, source, message in inserted:
+    for seq, source, message in inserted:
         if source != LogLine.Source.USER:
             continue
         metric = parse_metric_line(message)

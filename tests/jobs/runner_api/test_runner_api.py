@@ -104,7 +104,7 @@ def _batch(seqs, **extra) -> dict:
     return {"lines": [_line(seq, f"line {seq}") for seq in seqs], **extra}
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_batch_that_follows_one_in_flight_is_stored_after_it(org):
     """The runner sends two batches at once, the second marked `follows`: even when the
     second arrives first, its lines get ids after the first's, so ids keep seq order."""
