@@ -22,17 +22,10 @@ from django.conf import settings
 from rest_framework.throttling import BaseThrottle
 
 from apps.accounts.models import ApiKey
+from apps.core.redis_client import shared_redis
 
 SIGN_IN_PREFIX = "trainyard:signin:"
 API_PREFIX = "trainyard:throttle:key:"
-_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-    return _client
 
 
 def _user_key(username: str) -> str:
@@ -49,7 +42,7 @@ def _sign_in_keys(username: str, address: str) -> list[tuple[str, int]]:
 def sign_in_blocked_for(username: str, address: str) -> int:
     """Seconds until `username` may try to sign in from `address` again; 0 when it may."""
     try:
-        client = _redis()
+        client = shared_redis()
         waits = [
             max(client.ttl(key), 1)
             for key, limit in _sign_in_keys(username, address)
@@ -62,7 +55,7 @@ def sign_in_blocked_for(username: str, address: str) -> int:
 
 def sign_in_failed(username: str, address: str) -> None:
     with suppress(redis.RedisError):
-        pipe = _redis().pipeline()
+        pipe = shared_redis().pipeline()
         for key, _ in _sign_in_keys(username, address):
             pipe.incr(key)
             pipe.expire(key, int(settings.SIGN_IN_WINDOW_S), nx=True)
@@ -71,7 +64,7 @@ def sign_in_failed(username: str, address: str) -> None:
 
 def sign_in_succeeded(username: str) -> None:
     with suppress(redis.RedisError):
-        _redis().delete(_user_key(username))
+        shared_redis().delete(_user_key(username))
 
 
 class ApiKeyRateThrottle(BaseThrottle):
@@ -84,7 +77,7 @@ class ApiKeyRateThrottle(BaseThrottle):
         self._retry_after = 60 - int(time.time()) % 60
         key = f"{API_PREFIX}{request.auth.pk}:{window}"
         try:
-            pipe = _redis().pipeline()
+            pipe = shared_redis().pipeline()
             pipe.incr(key)
             pipe.expire(key, 61)
             count = pipe.execute()[0]

@@ -33,6 +33,8 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
+from apps.core.redis_client import shared_redis
+
 WATCH_KEY = "trainyard:watchers:{group}"
 WATCH_TTL_S = 24 * 3600
 SOCKETS_KEY = "trainyard:sockets:user:{user_id}"
@@ -43,15 +45,6 @@ WS_MAX_SOCKETS_PER_USER = 20
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_TOO_MANY = 4429
-
-_redis: redis.Redis | None = None
-
-
-def _client() -> redis.Redis:
-    global _redis
-    if _redis is None:
-        _redis = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-    return _redis
 
 
 def reauth_interval_s() -> float:
@@ -74,7 +67,7 @@ def watched(group: str) -> bool:
     """Whether any page holds a socket on `group` now. A crashed consumer may leave a count
     behind (it expires within a day): that only costs a push nobody receives."""
     try:
-        return int(_client().get(watch_key(group)) or 0) > 0
+        return int(shared_redis().get(watch_key(group)) or 0) > 0
     except redis.RedisError:
         return True
 

@@ -22,6 +22,7 @@ from contextlib import suppress
 import redis
 from django.conf import settings
 
+from apps.core.redis_client import shared_redis
 from apps.core.transactions import after_commit
 from apps.jobs import enqueue
 
@@ -30,19 +31,11 @@ PENDING_KEY = "trainyard:capacity:dispatch_pending"
 PENDING_TTL_S = 10
 SEEN_KEY = "trainyard:capacity:seen"
 SWEPT_KEY = "trainyard:capacity:swept_at"
-_client: redis.Redis | None = None
-
-
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-    return _client
 
 
 def _bump() -> None:
     try:
-        client = _redis()
+        client = shared_redis()
         client.incr(EPOCH_KEY)
         send = client.set(PENDING_KEY, 1, nx=True, ex=PENDING_TTL_S)
     except redis.RedisError:  # the periodic sweep catches up
@@ -54,7 +47,7 @@ def _bump() -> None:
 def dispatch_started() -> None:
     """The queued `jobs.dispatch_waiting` runs: a capacity freed from now on sends another."""
     with suppress(redis.RedisError):
-        _redis().delete(PENDING_KEY)
+        shared_redis().delete(PENDING_KEY)
 
 
 def freed_on_commit() -> None:
@@ -66,7 +59,7 @@ def worth_dispatching() -> bool:
     """True when capacity changed since the last call that said so, or a sweep is due.
     A Redis that does not answer says True: dispatching too often beats never."""
     try:
-        client = _redis()
+        client = shared_redis()
         epoch = int(client.get(EPOCH_KEY) or 0)
         seen = int(client.get(SEEN_KEY) or -1)
         swept = float(client.get(SWEPT_KEY) or 0)

@@ -45,12 +45,12 @@ from contextlib import suppress
 from typing import IO, NamedTuple
 
 import redis
-from django.conf import settings
 from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import connection, transaction
 from django.db.models import Max
 
+from apps.core.redis_client import shared_redis
 from apps.core.stored_files import StoredFileMissing, open_stream
 from apps.core.transactions import after_commit
 from apps.jobs import enqueue
@@ -65,7 +65,6 @@ READ_BYTES = 256 * 1024
 INFLATED_BYTES = 4 * 1024 * 1024
 PENDING_KEY = "trainyard:log_archive:pending:{job_id}"
 PENDING_TTL_S = 600
-_client: redis.Redis | None = None
 
 
 class Chunk(NamedTuple):
@@ -158,18 +157,11 @@ def read_blocks(stream: IO[bytes], *, decompress: bool) -> Iterator[bytes]:
         yield tail
 
 
-def _redis() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2)
-    return _client
-
-
 def request_build(job_id: int) -> None:
     """Ask for the job's archive to be (re)built, unless an ask is already pending. A Redis
     that does not answer sends it anyway: a build too many is harmless."""
     try:
-        send = _redis().set(PENDING_KEY.format(job_id=job_id), 1, nx=True, ex=PENDING_TTL_S)
+        send = shared_redis().set(PENDING_KEY.format(job_id=job_id), 1, nx=True, ex=PENDING_TTL_S)
     except redis.RedisError:
         send = True
     if send:
@@ -209,7 +201,7 @@ def build(job_id: int) -> bool:
         return _build(job_id)
     finally:
         with suppress(redis.RedisError):
-            _redis().delete(PENDING_KEY.format(job_id=job_id))
+            shared_redis().delete(PENDING_KEY.format(job_id=job_id))
 
 
 def _build(job_id: int) -> bool:
