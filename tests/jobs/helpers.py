@@ -136,3 +136,14 @@ def asgi_request(
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return status, body
+
+
+def append_log(job: Job, messages: list[str], source: str = "user") -> None:
+    """Store `messages` as lines of the job's first attempt, as the control plane writes them."""
+    services.logs_append(
+        job=job,
+        attempt=1,
+        lines=[
+            services.LogLineIn(timestamp=timezone.now(), message=m, source=source) for m in messages
+        ],
+    )

@@ -3,7 +3,6 @@
 
 import gzip
 import json
-from datetime import UTC, datetime
 
 import pytest
 import redis
@@ -16,7 +15,7 @@ from apps.jobs import enqueue, services
 from apps.jobs.models import Job
 from apps.jobs.states import JobState as S
 from apps.jobs.telemetry import log_archive
-from tests.jobs.helpers import asgi_request, make_job
+from tests.jobs.helpers import append_log, asgi_request, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -74,22 +73,11 @@ def _sent_builds(client: redis.Redis) -> list[int]:
     return ids
 
 
-def _log(job, messages, source="user"):
-    services.logs_append(
-        job=job,
-        attempt=1,
-        lines=[
-            services.LogLineIn(timestamp=datetime.now(UTC), message=m, source=source)
-            for m in messages
-        ],
-    )
-
-
 def _ended_job(org, state=S.FAILED):
     job = make_job(org, state=state)
-    _log(job, MESSAGES[:10])
-    _log(job, ["Allocated cpu x1 on local.", "Exit code 1."], source="system")
-    _log(job, MESSAGES[10:])
+    append_log(job, MESSAGES[:10])
+    append_log(job, ["Allocated cpu x1 on local.", "Exit code 1."], source="system")
+    append_log(job, MESSAGES[10:])
     return job
 
 
@@ -194,7 +182,7 @@ def test_a_file_gone_from_storage_is_read_from_the_database_and_built_again(
 
 def test_a_running_job_is_never_archived_and_reads_ask_for_nothing(api, org, broker, media):
     job = make_job(org, state=S.RUNNING)
-    _log(job, MESSAGES)
+    append_log(job, MESSAGES)
 
     _, body, from_table = _get(api, job, gzipped=False)
 

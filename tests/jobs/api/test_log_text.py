@@ -1,13 +1,11 @@
 """A job's whole log as plain text (`logs.txt`), and log pages up to 5,000 lines."""
 
 import gzip
-from datetime import UTC, datetime
 
 import pytest
 
-from apps.jobs import services
 from apps.jobs.telemetry import log_archive
-from tests.jobs.helpers import make_job
+from tests.jobs.helpers import append_log, make_job
 
 pytestmark = pytest.mark.django_db
 
@@ -15,17 +13,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def api(api_client_for, org):
     return api_client_for(org)
-
-
-def _log(job, messages, source="user"):
-    services.logs_append(
-        job=job,
-        attempt=1,
-        lines=[
-            services.LogLineIn(timestamp=datetime.now(UTC), message=m, source=source)
-            for m in messages
-        ],
-    )
 
 
 def _text(response) -> bytes:
@@ -36,9 +23,9 @@ def test_the_whole_log_comes_as_plain_text_in_order_across_chunks(api, org, monk
     monkeypatch.setattr(log_archive, "CHUNK_LINES", 7)  # several chunks for 20 lines
     job = make_job(org)
     messages = [f"step {n}\twith a tab and a \\ backslash é" for n in range(20)]
-    _log(job, messages[:10])
-    _log(job, ["control plane says hi"], source="system")
-    _log(job, messages[10:])
+    append_log(job, messages[:10])
+    append_log(job, ["control plane says hi"], source="system")
+    append_log(job, messages[10:])
     response = api.get(f"/api/v1/compute/jobs/{job.public_id}/logs.txt")
     assert response.status_code == 200
     assert response["Content-Type"] == "text/plain; charset=utf-8"
@@ -52,7 +39,7 @@ def test_the_whole_log_comes_as_plain_text_in_order_across_chunks(api, org, monk
 
 def test_it_is_gzipped_when_the_client_accepts_it(api, org):
     job = make_job(org)
-    _log(job, [f"line {n}" for n in range(500)])
+    append_log(job, [f"line {n}" for n in range(500)])
     path = f"/api/v1/compute/jobs/{job.public_id}/logs.txt"
     packed = api.get(path, HTTP_ACCEPT_ENCODING="br, gzip;q=0.8")
     assert packed["Content-Encoding"] == "gzip" and packed["Vary"] == "Accept-Encoding"
@@ -75,7 +62,7 @@ def test_an_empty_log_is_empty_and_a_bad_source_or_foreign_job_is_refused(api, o
 
 def test_a_json_log_page_takes_up_to_5000_lines(api, org):
     job = make_job(org)
-    _log(job, [f"l{n}" for n in range(2500)])
+    append_log(job, [f"l{n}" for n in range(2500)])
     path = f"/api/v1/compute/jobs/{job.public_id}/logs"
     body = api.get(path, {"limit": 5000}).json()
     assert len(body["data"]) == 2500 and body["next_cursor"] is None
