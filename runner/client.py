@@ -281,9 +281,6 @@ class ControlClient:
     def post_started(self, pid: int, resumed_from_step: int | None = None) -> dict:
         return self.request("POST", "started", {"pid": pid, "resumed_from_step": resumed_from_step})
 
-    def post_logs(self, lines: list[dict]) -> dict:
-        return self.request("POST", "logs", {"lines": lines})
-
     def post_log_lines(self, lines: list[bytes], follows: int | None = None) -> dict:
         """POST a batch of lines given as the spool holds them (ASCII JSON objects), joined
         into the body as they are: no line is parsed or serialised again. `follows`: the

@@ -224,14 +224,12 @@ class OutputCollector:
         decoded and masked before any is spooled, so a failure spools none of them."""
         texts = []
         messages: list[str] = []
-        limit = self.max_message_chars
         for raw in raws:
             text = raw.decode("utf-8", "replace")
             if text.endswith("\r"):
                 text = text[:-1]
             texts.append(text)
-            masked = self.masker.mask(text)
-            messages += [masked] if len(masked) <= limit else split_message(masked, limit)
+            messages += split_message(self.masker.mask(text), self.max_message_chars)
         self._emit(SOURCE_USER, stream, messages)
         if self.on_stdout_line is not None and stream == STREAM_STDOUT:
             for text in texts:
