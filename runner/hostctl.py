@@ -16,6 +16,9 @@ exits 2 with a message on stderr.
   written atomically to handle.json and printed.
 - `poll WORKDIR`: `{"state": "running"}` while the recorded runner (pid and start time)
   lives; else `exited` with exit.json's code; else `lost`.
+- `poll-many`, JSON on stdin `{"workdirs": [...]}`: `{"results": [...]}`, what `poll`
+  answers for each work directory, in their order (one SSH round trip for every attempt on
+  the host); a directory that cannot be read gets `{"error": message}` in its place.
 - `terminate WORKDIR GRACE`: starts a detached reaper (`runner.procfs.reap`: SIGTERM, then
   SIGKILL after GRACE seconds, each signal only to the recorded group) and returns at once.
 - `release WORKDIR`: SIGKILLs what is left of the recorded group, deletes a token file
@@ -253,14 +256,37 @@ def launch(workdir: Path, request: Mapping[str, Any]) -> Handle:
         return handle
 
 
+def poll(workdir: Path) -> dict[str, Any]:
+    """The `poll` op: what became of the runner launched in `workdir`."""
+    handle = read_handle(workdir)
+    if handle is None:
+        return {"state": "lost", "detail": f"no runner was launched in {workdir}"}
+    return state_of(handle)
+
+
+def poll_many(workdirs: Sequence[str]) -> list[dict[str, Any]]:
+    """The `poll-many` op: `poll` of each work directory, in order; one that fails (an
+    unreadable handle) answers `{"error": message}` and the others are still answered."""
+    results: list[dict[str, Any]] = []
+    for workdir in workdirs:
+        try:
+            results.append(poll(Path(str(workdir))))
+        except (OSError, KeyError, TypeError, ValueError) as exc:
+            results.append({"error": f"{type(exc).__name__}: {exc}"})
+    return results
+
+
 def _op(op: str, args: list[str]) -> dict[str, Any]:
     if op == "launch" and len(args) == 1:
         return launch(Path(args[0]), json.load(sys.stdin))
     if op == "poll" and len(args) == 1:
-        handle = read_handle(Path(args[0]))
-        if handle is None:
-            return {"state": "lost", "detail": f"no runner was launched in {args[0]}"}
-        return state_of(handle)
+        return poll(Path(args[0]))
+    if op == "poll-many" and not args:
+        request = json.load(sys.stdin)
+        workdirs = request.get("workdirs") if isinstance(request, dict) else None
+        if not isinstance(workdirs, list):
+            raise ValueError('hostctl poll-many reads {"workdirs": [...]} on stdin')
+        return {"results": poll_many(workdirs)}
     if op == "terminate" and len(args) == 2:
         handle = read_handle(Path(args[0]))
         started = handle is not None and start_reaper(sys.executable, handle, float(args[1]))
@@ -279,7 +305,7 @@ def _op(op: str, args: list[str]) -> dict[str, Any]:
         procfs._main(args)
         return {}
     raise ValueError(
-        f"usage: hostctl {{launch|poll|terminate|release|diagnostics}} WORKDIR, "
+        f"usage: hostctl {{launch|poll|terminate|release|diagnostics}} WORKDIR | poll-many, "
         f"not {op} {' '.join(args)}"
     )
 

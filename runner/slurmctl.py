@@ -14,6 +14,10 @@ Ops:
   The token is in no script, argv, environment, Slurm job record or output file.
 - `poll WORKDIR JOBID [NAME]`: `{"state", "exit_code", "detail"}` as `PollResult` has them
   (see `poll`).
+- `poll-many` (stdin: `{"handles": [{"workdir", "job_id", "name"}, ...]}`): `{"results":
+  [...]}`, `poll`'s answer for each handle in order, from one `squeue` for all of them (the
+  reconcile pass: one round trip to the login node per provider, not one per attempt); a
+  malformed handle gets `{"error", "retryable"}` in its place.
 - `cancel JOBID GRACE [NAME]`: SIGTERM to every process of the job now (a pending job is
   cancelled at once), SIGKILL and cancel after GRACE seconds by a detached helper; returns
   at once.
@@ -259,6 +263,30 @@ def _exit_code_of(job_id: str) -> tuple[int | None, str]:
     return number, fields.get("JobState", "")
 
 
+# squeue's fields for poll: job id, state, reason, nodes, name (last: a name may hold `|`).
+SQUEUE_FORMAT = "%i|%T|%r|%N|%j"
+# At most this many job ids per squeue in poll-many (one argv stays far below the limits).
+SQUEUE_BATCH = 1000
+
+
+def _squeue(job_ids: Sequence[str]) -> dict[str, tuple[str, str, str, str]]:
+    """squeue's `(state, reason, nodes, name)` of each of `job_ids` it still lists: one
+    squeue for all of them. A job gone from squeue is missing from the answer."""
+    found: dict[str, tuple[str, str, str, str]] = {}
+    for start in range(0, len(job_ids), SQUEUE_BATCH):
+        chunk = list(job_ids[start : start + SQUEUE_BATCH])
+        asked = set(chunk)
+        argv = ["squeue", "-h", "--states", "all", "-j", ",".join(chunk), "-o", SQUEUE_FORMAT]
+        result = _slurm(argv)
+        if result.returncode != 0 and not _gone(result):
+            raise _failure(argv, result)
+        for line in result.stdout.splitlines():
+            job_id, state, reason, nodes, name = [*line.strip().split("|", 4), "", "", ""][:5]
+            if job_id in asked:
+                found.setdefault(job_id, (state, reason, nodes, name))
+    return found
+
+
 def poll(workdir: Path, job_id: str, name: str | None = None) -> dict[str, Any]:
     """What became of the job: `queued` (Slurm's reason in `detail`), `running`,
     `reclaimed` (preempted, its node failed), or once it ended `exited` with the code the
@@ -269,12 +297,38 @@ def poll(workdir: Path, job_id: str, name: str | None = None) -> dict[str, Any]:
 
     With `name`, a job of that id but another name is not this one: a controller that lost
     its state gives the numbers of the jobs it forgot to new jobs; this one is gone."""
-    argv = ["squeue", "-h", "--states", "all", "-j", job_id, "-o", "%T|%r|%N|%j"]
-    result = _slurm(argv)
-    if result.returncode != 0 and not _gone(result):
-        raise _failure(argv, result)
-    line = result.stdout.strip().splitlines()[0] if result.stdout.strip() else ""
-    state, reason, nodes, found_name = [*line.split("|", 3), "", "", ""][:4]
+    return _state_of(workdir, job_id, name, _squeue([job_id]).get(job_id))
+
+
+def poll_many(handles: Sequence[Any]) -> list[dict[str, Any]]:
+    """`poll` of every handle (`{"workdir", "job_id", "name"}`), in order, with one squeue
+    for all of them (then each one's exit record, and scontrol only for a job whose runner
+    never ran). A handle that cannot be polled (malformed) answers `{"error", "retryable":
+    false}` in its place; squeue failing fails the whole op, as for `poll`."""
+    wanted = [
+        str(handle["job_id"])
+        for handle in handles
+        if isinstance(handle, dict) and isinstance(handle.get("job_id"), (str, int))
+    ]
+    records = _squeue(list(dict.fromkeys(wanted)))
+    results: list[dict[str, Any]] = []
+    for handle in handles:
+        try:
+            job_id, workdir = str(handle["job_id"]), Path(str(handle["workdir"]))
+            name = handle.get("name") or None
+            results.append(_state_of(workdir, job_id, name, records.get(job_id)))
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            results.append({"error": f"{type(exc).__name__}: {exc}", "retryable": False})
+        except SlurmError as exc:
+            results.append({"error": str(exc), "retryable": exc.retryable})
+    return results
+
+
+def _state_of(
+    workdir: Path, job_id: str, name: str | None, record: tuple[str, str, str, str] | None
+) -> dict[str, Any]:
+    """`poll`'s answer for the job, from squeue's `record` of it (None: not listed)."""
+    state, reason, nodes, found_name = record or ("", "", "", "")
     if name and state and found_name != name:
         state = ""  # the number is another job's now
     if state in QUEUED:
@@ -398,6 +452,7 @@ def sinfo() -> dict[str, Any]:
 
 USAGE = (
     "usage: slurmctl submit WORKDIR < spec.json | poll WORKDIR JOBID [NAME] | "
+    "poll-many < handles.json | "
     "cancel JOBID GRACE [NAME] | release JOBID WORKDIR [NAME] | diagnostics WORKDIR | sinfo"
 )
 
@@ -409,6 +464,12 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
         raise SlurmError(f"SLURM_CONF {conf} is not a file")
     if op == "submit" and len(args) == 1:
         return submit(Path(args[0]), json.loads(sys.stdin.read()))
+    if op == "poll-many" and not args:
+        request = json.loads(sys.stdin.read())
+        handles = request.get("handles") if isinstance(request, dict) else None
+        if not isinstance(handles, list):
+            raise SlurmError('poll-many reads {"handles": [...]} on stdin')
+        return {"results": poll_many(handles)}
     name = args[2] if len(args) == 3 else None  # the job's name, optional
     if op == "poll" and len(args) in (2, 3):
         return poll(Path(args[0]), args[1], name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from apps.jobs.execution.dispatch import allocate
@@ -9,6 +11,7 @@ from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt
 from apps.providers.backends import backend_for
 from apps.providers.backends.base import Backend, Bootstrap, LaunchRequest
+from apps.providers.backends.transport import Transport
 from tests.jobs.helpers import make_job
 
 
@@ -44,3 +47,21 @@ def reachable_by_everyone(path: Path) -> None:
     for parent in path.parents:
         if str(parent).startswith("/tmp/pytest-of") and not parent.stat().st_mode & 0o001:
             parent.chmod(parent.stat().st_mode | 0o001)
+
+
+class CountingTransport:
+    """A real transport that keeps the argv of every command it runs (`commands`), for
+    tests that count round trips."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.commands: list[list[str]] = []
+
+    def run(
+        self, argv: Sequence[str], *, input: bytes | None = None, timeout: float = 30.0
+    ) -> subprocess.CompletedProcess[bytes]:
+        self.commands.append(list(argv))
+        return self.inner.run(argv, input=input, timeout=timeout)
+
+    def describe(self) -> str:
+        return self.inner.describe()

@@ -1,5 +1,5 @@
 """The contract every backend keeps (docs/adding-a-provider.md), run against each backend
-with the real runner talking to a live control plane."""
+with the real runner talking to a live control plane: `poll_many` included."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from apps.catalog.models import Offer
 from apps.jobs.models import Attempt
 from apps.providers.backends import REGISTRY
+from apps.providers.backends.base import BackendError, PollResult
 from apps.providers.models import Provider
 from apps.secrets import services as secret_services
 from runner import procfs, protocol
@@ -235,6 +237,48 @@ def test_a_runner_killed_without_an_exit_record_is_lost(variant, live_server):
         assert backend.poll(handle).state == "lost"
     finally:
         backend.release(handle)
+
+
+def test_poll_many_answers_every_attempt_with_its_own_state(variant, live_server):
+    """The reconcile pass polls a provider's attempts together: each handle gets what its
+    own poll says (one running, one exited with its code, one lost), in the handles' order,
+    and a handle that cannot be polled gets its own error without losing the others."""
+    _, image = variant
+    Offer.objects.filter(enabled=True).update(capacity=8)
+    org = OrganizationFactory(compute_enabled=True)  # one organization: single-tenant hosts
+
+    def launch(command: list[str]):
+        backend, request, bootstrap, _ = launch_args(
+            org, image=image, control_url=live_server.url, command=command
+        )
+        handle = backend.launch(request, bootstrap)
+        handles.append(handle)
+        return backend, request, handle
+
+    handles: list[dict] = []
+    try:
+        backend, lost_request, lost = launch(["sleep", "30"])
+        wait_until(lambda: _started(lost_request), 30, what="the first workload")
+        _kill_hard(backend, lost)
+        _, _, exited = launch(["bash", "-c", "exit 7"])
+        wait_until(lambda: backend.poll(exited).state == "exited", 60, what="the exit")
+        _, running_request, running = launch(["sleep", "30"])
+        wait_until(lambda: _started(running_request), 60, what="the second workload")
+        wait_until(lambda: backend.poll(lost).state != "running", 10, what="the kill")
+
+        outcomes = backend.poll_many([running, exited, {}, lost, running])
+
+        assert [(o.state, o.exit_code) for o in outcomes if isinstance(o, PollResult)] == [
+            ("running", None),
+            ("exited", 7),
+            ("lost", None),
+            ("running", None),
+        ]
+        assert isinstance(outcomes[2], BackendError)
+        assert backend.poll_many([]) == []
+    finally:
+        for handle in handles:
+            backend.release(handle)
 
 
 def test_a_backend_module_loads_only_when_its_kind_is_used():

@@ -16,10 +16,11 @@ import pytest
 from apps.jobs.models import Attempt
 from apps.providers.backends.base import PermanentBackendError, RetryableBackendError
 from apps.providers.backends.slurm import SlurmBackend, job_name
+from apps.providers.backends.transport import LocalTransport
 from apps.providers.models import Provider
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
-from tests.providers.helpers import launch_args
+from tests.providers.helpers import CountingTransport, launch_args
 from tests.providers.sshd import keygen
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -153,6 +154,8 @@ def test_an_attempt_outlives_a_controller_restart_and_then_polls_its_exit(
             # A controller that does not answer is a retryable failure, never `lost`.
             with pytest.raises(RetryableBackendError, match="Unable to contact"):
                 backend.poll(handle)
+            with pytest.raises(RetryableBackendError, match="Unable to contact"):
+                backend.poll_many([handle, handle])  # the whole batch: never `lost`
         finally:
             slurm_cluster.start_slurmctld()
         assert backend.poll(handle).state == "running"
@@ -175,6 +178,14 @@ def test_a_job_gone_from_squeue_is_resolved_through_its_exit_record(
         )
         result = backend.poll(handle)
         assert (result.state, result.exit_code) == ("exited", 4)
+        # Asked together with a job id Slurm never had: one squeue, each its own answer.
+        counted = CountingTransport(LocalTransport())
+        batch = SlurmBackend(backend.config, transport=counted)
+        unknown = {**handle, "job_id": "999999", "workdir": str(Path(handle["workdir"]) / "x")}
+        outcomes = batch.poll_many([handle, unknown])
+        assert [(o.state, o.exit_code) for o in outcomes] == [("exited", 4), ("lost", None)]
+        ops = [argv[argv.index("slurmctl") + 1] for argv in counted.commands if "slurmctl" in argv]
+        assert ops == ["poll-many"]
         # Without the exit record nothing says what became of it.
         (Path(handle["workdir"]) / "exit.json").unlink()
         assert backend.poll(handle).state == "lost"

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from apps.catalog.models import Offer
 from apps.jobs import services
-from apps.jobs.execution import supervision
-from apps.jobs.models import Attempt
+from apps.jobs.execution import reconcile, supervision
+from apps.jobs.models import Attempt, Job
 from apps.providers.backends import backend_for
 from apps.providers.backends.base import (
     OfferInfo,
@@ -25,8 +26,10 @@ from apps.providers.backends.base import (
     RetryableBackendError,
 )
 from apps.providers.backends.ssh import SshBackend
+from apps.providers.backends.ssh_transport import SshTransport
 from runner import procfs
 from tests.factories import OrganizationFactory
+from tests.jobs.helpers import make_job, running
 from tests.live import free_port, wait_until
 from tests.providers.helpers import launch_args
 from tests.providers.ssh_fixtures import ssh_config
@@ -140,6 +143,8 @@ def test_a_host_that_is_down_is_retryable(sshd, ssh_state, tmp_path):
     handle = {"workdir": str(tmp_path / "nothing"), "host": "the test host"}
     with pytest.raises(RetryableBackendError, match="Connection refused"):
         backend.poll(handle)
+    with pytest.raises(RetryableBackendError, match="Connection refused"):
+        backend.poll_many([handle, {**handle, "workdir": str(tmp_path / "other")}])
     with pytest.raises(RetryableBackendError):
         backend.terminate(handle, 1)
     [line] = backend.diagnostics(handle)  # never raises
@@ -279,3 +284,87 @@ def test_a_host_out_of_reach_loses_the_attempt_only_once_its_runner_is_silent_to
         assert "out of reach" in lost.message
     finally:
         backend.release(handle)
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_reconcile_pass_asks_the_host_once_about_all_its_attempts(
+    ssh_provider, live_server, monkeypatch
+):
+    """Three live attempts on one host: one SSH command polls them all (`hostctl
+    poll-many`), and each job goes where its own answer says: the running one stays, the
+    one that exited 5 fails with code 5, the one killed without an exit record is reclaimed."""
+    Offer.objects.filter(provider=ssh_provider).update(capacity=8)
+    org = OrganizationFactory(compute_enabled=True)
+    commands: list[list[str]] = []
+    real_run = SshTransport.run
+
+    def counted_run(self, argv, **kwargs):
+        commands.append(list(argv))
+        return real_run(self, argv, **kwargs)
+
+    def launch(command: list[str]):
+        backend, request, bootstrap, attempt = launch_args(
+            org, image="local", control_url=live_server.url, command=command
+        )
+        services.job_transition(job_id=attempt.job_id, to="provisioning")
+        handle = backend.launch(request, bootstrap)
+        handles.append(handle)
+        Attempt.objects.filter(pk=attempt.pk).update(handle=handle, launched_at=timezone.now())
+        wait_until(lambda: _started(request), 30, what="the runner's started report")
+        return backend, attempt, handle
+
+    handles: list[dict] = []
+    try:
+        backend, running, _ = launch(["sleep", "60"])
+        _, failing, failing_handle = launch(["bash", "-c", "sleep 1; exit 5"])
+        _, killed, killed_handle = launch(["sleep", "60"])
+        os.killpg(killed_handle["pgid"], 9)  # gone with no exit record
+        wait_until(lambda: backend.poll(failing_handle).state == "exited", 30, what="exit 5")
+        wait_until(lambda: backend.poll(killed_handle).state == "lost", 10, what="the kill")
+
+        monkeypatch.setattr(SshTransport, "run", counted_run)
+        reconcile.reconcile()
+
+        polls = [argv[2:4] for argv in commands if argv[2:3] == ["hostctl"]]
+        assert [op for op in polls if op[1].startswith("poll")] == [["hostctl", "poll-many"]]
+        jobs = {a.pk: Job.objects.get(pk=a.job_id) for a in (running, failing, killed)}
+        assert jobs[running.pk].state == "running"
+        assert Attempt.objects.get(pk=running.pk).ended_at is None
+        assert (jobs[failing.pk].state, jobs[failing.pk].exit_code) == ("failed", 5)
+        assert (jobs[killed.pk].state, jobs[killed.pk].reason) == ("preempted", "reclaimed")
+        assert Attempt.objects.get(pk=killed.pk).end_reason == "reclaimed"
+    finally:
+        for handle in handles:
+            backend.release(handle)
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_pass_over_a_host_out_of_reach_loses_only_the_attempts_whose_runners_are_silent(
+    ssh_provider, settings
+):
+    """The host cannot be asked about any of its attempts (one poll_many, refused): nothing
+    is lost for that alone; an attempt whose runner is silent past the heartbeat timeout too
+    is given up as unreachable, the one still beating stays running."""
+    Offer.objects.filter(provider=ssh_provider).update(capacity=8)
+    org = OrganizationFactory(compute_enabled=True)
+    attempts = []
+    for _ in range(2):
+        job = make_job(org, compute={"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1})
+        attempts.append(running(job, handle={"workdir": f"/nowhere/{job.public_id}"}))
+    beating, silent = attempts
+    silent_since = timezone.now() - timedelta(seconds=settings.HEARTBEAT_TIMEOUT_S + 1)
+    Attempt.objects.filter(pk=silent.pk).update(last_heartbeat_at=silent_since)
+    ssh_provider.config = {**ssh_provider.config, "port": free_port()}  # nothing listens
+    ssh_provider.save()
+
+    live = Attempt.objects.filter(ended_at__isnull=True).select_related("provider", "job")
+    assert supervision.supervise_many(live) == 2
+
+    beating.refresh_from_db()
+    silent.refresh_from_db()
+    assert (beating.ended_at, beating.job.state) == (None, "running")
+    assert (silent.end_reason, silent.job.reason) == ("reclaimed", "reclaimed")
+    lost = silent.job.events.get(type="workload_lost")
+    assert lost.data == {"reason": "unreachable"}
+    assert "out of reach" in lost.message

@@ -6,16 +6,24 @@ The runner tells us what it does (started, heartbeats, exited); the backend tell
 became of the process (`poll`). Either may be first or be missing: every function here checks
 the job's state under its row lock and only takes the step that is still due, so reports that
 arrive twice, late or out of order change nothing.
+
+Supervising an attempt is three steps: `stop_if_due` (signal a terminating or overdue
+attempt, before its poll), the backend's poll, and `act_on_poll` (what its answer means for
+the job). `supervise(attempt_id)` takes them for one attempt; `supervise_many` (the
+reconcile pass) for every live attempt at once, with one `Backend.poll_many` per provider,
+so a pass over a thousand attempts costs a round trip per provider, not per attempt. A
+heartbeat is one UPDATE (`runner_heartbeat`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from apps.core.errors import InvalidRequest
@@ -33,7 +41,12 @@ from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt, Job, LogLine
 from apps.jobs.states import JobState
 from apps.providers.backends import allocates_at_launch, backend_for
-from apps.providers.backends.base import Backend, RetryableBackendError
+from apps.providers.backends.base import (
+    Backend,
+    PermanentBackendError,
+    PollResult,
+    RetryableBackendError,
+)
 from apps.secrets.selectors import SECRET_ENV_PARAM
 from runner import protocol
 
@@ -82,13 +95,22 @@ def runner_started(attempt_id: int, resumed_from_step: int | None = None) -> str
         return order_for(job, attempt)
 
 
-def runner_heartbeat(attempt_id: int) -> str:
-    attempt = Attempt.objects.get(pk=attempt_id)
-    job = Job.objects.only("state", "attempt_count").get(pk=attempt.job_id)
-    if attempt.number != job.attempt_count or attempt.ended_at is not None:
+def runner_heartbeat(attempt: Attempt | int) -> str:
+    """Record the runner's heartbeat and answer its order. `attempt` is the attempt with its
+    job loaded (the runner endpoint has both from authenticating the token), or its id.
+
+    One UPDATE, whose WHERE is the check: the attempt is still live (`ended_at` is null) and
+    still the job's current one (its number is the job's `attempt_count`). When it is not,
+    nothing is written and AttemptSuperseded is raised (the runner's 409). The order comes
+    from the job and attempt as loaded (`order_for`)."""
+    if not isinstance(attempt, Attempt):
+        attempt = Attempt.objects.select_related("job").get(pk=attempt)
+    beat = Attempt.objects.filter(
+        pk=attempt.pk, ended_at__isnull=True, number=F("job__attempt_count")
+    ).update(last_heartbeat_at=timezone.now())
+    if not beat:
         raise AttemptSuperseded(attempt.pk)
-    Attempt.objects.filter(pk=attempt.pk).update(last_heartbeat_at=timezone.now())
-    return order_for(job, attempt)
+    return order_for(attempt.job, attempt)
 
 
 def runner_exited(attempt_id: int, exit_code: int, *, confirmed: bool = False) -> None:
@@ -236,23 +258,112 @@ def _error_tail(job: Job, attempt: Attempt, lines: int = 5) -> str:
 
 
 def supervise(attempt_id: int) -> None:
-    """One reconcile step for a launched, live attempt: poll it and act on what it says."""
+    """One reconcile step for a launched, live attempt: poll it and act on what it says.
+    Raises what the poll raised (after `_out_of_reach` for a provider out of reach)."""
     attempt = Attempt.objects.select_related("provider", "job").get(pk=attempt_id)
-    job = attempt.job
     if attempt.ended_at is not None or not attempt.handle:
         return
     backend = backend_for(attempt.provider)
+    stop_if_due(attempt, backend)
+    try:
+        outcome: PollResult | Exception = backend.poll(attempt.handle)
+    except Exception as exc:
+        outcome = exc
+    act_on_poll(attempt, backend, outcome)
+
+
+def supervise_many(attempts: Iterable[Attempt]) -> int:
+    """`supervise` for many launched, live attempts at once (the reconcile pass), loaded
+    with their provider and job: each provider's attempts are polled together, in one
+    `Backend.poll_many`, and each answer is acted on as `supervise` acts on its poll.
+
+    Per provider: first the attempts due a stop are signalled (`stop_if_due`, before the
+    poll, as in `supervise`), then one poll_many asks about all of them, then each answer is
+    acted on. A poll_many that could not ask at all (a RetryableBackendError: the host or
+    login node is out of reach) counts for each attempt as its own poll raising it. Every
+    attempt's steps are isolated: an error is logged and the others go on. Returns how many
+    attempts were polled."""
+    by_provider: dict[int, list[Attempt]] = {}
+    for attempt in attempts:
+        if attempt.ended_at is None and attempt.handle:
+            by_provider.setdefault(attempt.provider_id, []).append(attempt)
+    polled = 0
+    for group in by_provider.values():
+        polled += _supervise_group(group)
+    return polled
+
+
+def _supervise_group(group: list[Attempt]) -> int:
+    """supervise_many's work for one provider's attempts; how many were polled."""
+    try:
+        backend = backend_for(group[0].provider)
+    except Exception as exc:  # a provider whose backend cannot be had: each attempt says so
+        for attempt in group:
+            _supervision_failed(attempt, exc)
+        return 0
+    due: list[Attempt] = []
+    for attempt in group:
+        try:
+            stop_if_due(attempt, backend)
+        except Exception as exc:  # as in `supervise`: not polled this pass
+            _supervision_failed(attempt, exc)
+            continue
+        due.append(attempt)
+    if not due:
+        return 0
+    try:
+        outcomes: list[PollResult | Exception] = list(
+            backend.poll_many([attempt.handle for attempt in due])
+        )
+    except Exception as exc:  # nothing could be asked: each attempt's poll raised this
+        outcomes = [exc] * len(due)
+    if len(outcomes) != len(due):
+        wrong = PermanentBackendError(
+            f"{backend.kind}: poll_many answered {len(outcomes)} results for {len(due)} handles"
+        )
+        outcomes = [wrong] * len(due)
+    for attempt, outcome in zip(due, outcomes, strict=True):
+        try:
+            act_on_poll(attempt, backend, outcome)
+        except Exception as exc:  # one broken attempt must not stop supervision of the others
+            _supervision_failed(attempt, exc)
+    return len(due)
+
+
+def _supervision_failed(attempt: Attempt, exc: BaseException) -> None:
+    if isinstance(exc, RetryableBackendError):  # the provider is out of reach for now
+        logger.warning("supervising attempt %s: %s; trying again next pass", attempt.pk, exc)
+    else:
+        logger.error("supervising attempt %s failed", attempt.pk, exc_info=exc)
+
+
+def stop_if_due(attempt: Attempt, backend: Backend) -> None:
+    """Before an attempt is polled: a terminating job's attempt is told to stop (once), and
+    so is a displaced one that overstayed its time to checkpoint and exit."""
+    job = attempt.job
     if job.state == JobState.TERMINATING and attempt.terminate_requested_at is None:
         backend.terminate(attempt.handle, grace_for(job.reason))
-        Attempt.objects.filter(pk=attempt.pk).update(terminate_requested_at=timezone.now())
     elif preemption.stop_overdue(attempt):
         backend.terminate(attempt.handle, settings.TERMINATE_GRACE_S)
-        Attempt.objects.filter(pk=attempt.pk).update(terminate_requested_at=timezone.now())
-    try:
-        result = backend.poll(attempt.handle)
-    except RetryableBackendError:
-        _out_of_reach(job, attempt)
-        raise
+    else:
+        return
+    attempt.terminate_requested_at = timezone.now()
+    Attempt.objects.filter(pk=attempt.pk).update(
+        terminate_requested_at=attempt.terminate_requested_at
+    )
+
+
+def act_on_poll(attempt: Attempt, backend: Backend, outcome: PollResult | Exception) -> None:
+    """Act on what the backend's poll of `attempt` (loaded with its provider and job) said:
+    `outcome` is its PollResult, or the error it raised, which is raised again here (after
+    `_out_of_reach` for a RetryableBackendError: a provider out of reach is never by itself
+    a lost attempt)."""
+    job = attempt.job
+    if isinstance(outcome, Exception):
+        if isinstance(outcome, RetryableBackendError):
+            _out_of_reach(job, attempt)
+        raise outcome
+    result = outcome
     if result.state == "queued":
         if job.state != JobState.TERMINATING:
             _queued(attempt.pk, result.detail, backend)
@@ -261,7 +372,7 @@ def supervise(attempt_id: int) -> None:
         if attempt.billing_started_at is None:
             _hardware_allocated(attempt.pk)
             return
-        if job.state != JobState.TERMINATING and _heartbeat_lapsed(attempt):
+        if job.state != JobState.TERMINATING and _silent(attempt):
             preemption.kill_silent(attempt)
         return
     if result.state == "exited" and result.exit_code is not None:
@@ -288,7 +399,7 @@ def _out_of_reach(job: Job, attempt: Attempt) -> None:
     for HEARTBEAT_TIMEOUT_S, the attempt is given up without the provider: a running job is
     reclaimed and placed again, a terminating one ends. What is left on the far side cannot
     be reached either; its release is tried once and logged if it fails."""
-    if attempt.billing_started_at is None or not _heartbeat_lapsed(attempt):
+    if attempt.billing_started_at is None or not _silent(attempt):
         return
     if job.state == JobState.TERMINATING:
         finalize_terminating_without_runner(job.pk)
@@ -406,6 +517,16 @@ def _heartbeat_lapsed(attempt: Attempt) -> bool:
     return last is not None and timezone.now() - last > timedelta(
         seconds=settings.HEARTBEAT_TIMEOUT_S
     )
+
+
+def _silent(attempt: Attempt) -> bool:
+    """`_heartbeat_lapsed`, asked again of the database before it is believed: the attempt
+    was loaded at the start of the pass, and a heartbeat may have come since. (Only an
+    attempt that looks silent costs the extra read.)"""
+    if not _heartbeat_lapsed(attempt):
+        return False
+    attempt.refresh_from_db(fields=["last_heartbeat_at"])
+    return _heartbeat_lapsed(attempt)
 
 
 def _lost(attempt_id: int, reason: str, message: str) -> None:

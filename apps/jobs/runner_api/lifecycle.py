@@ -112,7 +112,8 @@ def started(request: HttpRequest, attempt: Attempt) -> JsonResponse:
 @require_POST
 @runner_endpoint
 def heartbeat(request: HttpRequest, attempt: Attempt) -> JsonResponse:
-    return JsonResponse({"order": supervision.runner_heartbeat(attempt.pk)})
+    # The attempt and its job are loaded already (authentication): the beat is one UPDATE.
+    return JsonResponse({"order": supervision.runner_heartbeat(attempt)})
 
 
 @require_POST

@@ -7,6 +7,14 @@ the backend holds once the attempt is over. `offers` says what the backend could
 `diagnostics` gives lines that explain a stalled or failed launch (they become the job's
 system log lines). `endpoint_url` says how the control plane reaches a serving workload.
 
+`poll_many(handles)` asks about many attempts of one provider at once, for the reconcile pass:
+one answer per handle, in the handles' order, each a PollResult or the BackendError that
+handle's own poll would have raised (one bad handle never loses the others' answers). When
+the provider cannot be asked at all (its host or login node is out of reach) it raises that
+RetryableBackendError instead, and the caller treats every handle as a `poll` that raised it.
+The default asks `poll` once per handle; a backend whose poll is a round trip (an SSH
+command, a `squeue`) overrides it with one round trip for all of them.
+
 `poll` answers one of:
 - `queued`: the provider has the request but has not given it hardware yet (a batch queue);
   `detail` is the provider's reason (Slurm's `Priority`, `Resources`, ...). The attempt stays
@@ -26,7 +34,9 @@ Rules every backend keeps (the shared contract test checks them):
 - `terminate` and `release` are idempotent and safe on a handle whose process is gone.
 - Errors split into RetryableBackendError (try again later) and PermanentBackendError.
 - A transport failure (an SSH connection that drops) is retryable and never by itself a
-  `lost`: the runner heartbeats over HTTP, and the control plane decides on that.
+  `lost`: the runner heartbeats over HTTP, and the control plane decides on that. In
+  `poll_many` too: a batch whose transport failed raises, it never answers `lost`.
+- `poll_many(handles)` answers each handle as `poll(handle)` would.
 - The runner token is never in argv, a batch script, a manifest or a log: it travels as a
   0600 file that the runner reads and deletes at start.
 """
@@ -34,6 +44,7 @@ Rules every backend keeps (the shared contract test checks them):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -90,6 +101,30 @@ class PollResult:
     detail: str = ""
 
 
+# One handle's answer in `poll_many`: what `poll` returned, or the error it raised.
+PollOutcome = PollResult | BackendError
+
+
+def poll_outcome(poll: Callable[[Handle], PollResult], handle: Handle) -> PollOutcome:
+    """`poll(handle)`, or the error it raised as a BackendError (any other exception, a
+    handle without the keys a backend needs say, wrapped in a PermanentBackendError whose
+    cause it is), so that one handle's failure stays that handle's."""
+    try:
+        return poll(handle)
+    except BackendError as exc:
+        return exc
+    except Exception as exc:
+        return failed_poll(exc)
+
+
+def failed_poll(exc: Exception) -> PermanentBackendError:
+    """A PermanentBackendError standing for an unexpected error `exc` of one handle's poll
+    (its cause, so the traceback is logged with it)."""
+    error = PermanentBackendError(f"poll failed: {type(exc).__name__}: {exc}")
+    error.__cause__ = exc
+    return error
+
+
 @dataclass(frozen=True)
 class OfferInfo:
     accelerator: str
@@ -122,6 +157,13 @@ class Backend(ABC):
 
     @abstractmethod
     def poll(self, handle: Handle) -> PollResult: ...
+
+    def poll_many(self, handles: Sequence[Handle]) -> list[PollOutcome]:
+        """What `poll` answers for each of `handles` (one provider's), in their order; a
+        handle whose poll failed gets its BackendError in its place. Raises only when the
+        provider could not be asked about any of them (a RetryableBackendError for a
+        transport that is out of reach). The default polls one handle at a time."""
+        return [poll_outcome(self.poll, handle) for handle in handles]
 
     @abstractmethod
     def terminate(self, handle: Handle, grace_s: float) -> None: ...

@@ -7,7 +7,8 @@ read-only and runs as the container's entrypoint (`python3 -m runner`); the atte
 directory is the only host directory the container sees. The container's environment is
 only what `run` is given: podman and docker start it from the image's own, never from ours.
 Values are passed by name (`--env NAME`, the value read from the CLI's own environment), so
-the runner token never appears in an argv that `ps` shows.
+the runner token never appears in an argv that `ps` shows. `states` reads many containers'
+states with one `container inspect` (the local backend's `poll_many`).
 
 Nothing here touches the database. Errors: `ImageUnavailable` (the image is neither in the
 local store nor pullable: permanent), `ContainerError` (the CLI failed otherwise).
@@ -19,6 +20,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from apps.providers.backends.base import PermanentBackendError, RetryableBackendError
@@ -26,6 +28,9 @@ from apps.providers.backends.base import PermanentBackendError, RetryableBackend
 RUNNER_MOUNT = "/opt/trainyard"  # the runner package is mounted at RUNNER_MOUNT/runner
 WORKDIR_MOUNT = "/work"
 CLI_TIMEOUT_S = 60.0
+# `states`: this many containers per `container inspect`, and what it prints of each.
+INSPECT_BATCH = 500
+INSPECT_MANY_FORMAT = "{{json .Name}}\t{{json .State}}"
 NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 
 
@@ -169,10 +174,41 @@ class ContainerRuntime:
             state = json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError) as exc:
             raise ContainerError(f"unreadable state of {name}: {result.stdout!r}") from exc
-        status = str(state.get("Status", "")).lower()
-        running = status in {"created", "running", "paused", "restarting", "configured"}
-        exit_code = None if running else state.get("ExitCode")
-        return ContainerState(status, exit_code if isinstance(exit_code, int) else None)
+        return _state_of(state)
+
+    def states(self, names: Sequence[str]) -> dict[str, ContainerState]:
+        """`state` of each of `names`, with one `container inspect` for all of them (per
+        INSPECT_BATCH names). Both runtimes print the containers they found and name the
+        missing ones on stderr ("no such container/object"); when the runtime fails
+        otherwise, each container is asked alone, so the answer is always `state`'s."""
+        found: dict[str, ContainerState] = {}
+        for start in range(0, len(names), INSPECT_BATCH):
+            chunk = list(dict.fromkeys(names[start : start + INSPECT_BATCH]))
+            found.update(self._inspect_many(chunk))
+        return found
+
+    def _inspect_many(self, names: list[str]) -> dict[str, ContainerState]:
+        if not names:
+            return {}
+        result = self.cli("container", "inspect", "--format", INSPECT_MANY_FORMAT, *names)
+        found: dict[str, ContainerState] = {}
+        try:
+            for line in result.stdout.splitlines():
+                if line.strip():
+                    name_json, _, state_json = line.partition("\t")
+                    name = str(json.loads(name_json)).lstrip("/")  # docker's name is /name
+                    found[name] = _state_of(json.loads(state_json))
+        except (ValueError, AttributeError):
+            found = {}
+            unexplained = True
+        else:
+            errors = [line for line in result.stderr.splitlines() if line.strip()]
+            unexplained = result.returncode != 0 and not all(
+                "no such" in line.lower() for line in errors
+            )
+        if unexplained or not set(found) <= set(names):
+            return {name: self.state(name) for name in names}  # one at a time, as `state`
+        return {name: found.get(name, ContainerState("missing")) for name in names}
 
     def stop_detached(self, name: str, grace_s: float) -> None:
         """SIGTERM now, SIGKILL after `grace_s`, without waiting (no task waits a grace)."""
@@ -198,6 +234,14 @@ class ContainerRuntime:
             return self.installed and self.cli("info", timeout=20).returncode == 0
         except (ContainerError, PermanentBackendError):
             return False
+
+
+def _state_of(state: dict) -> ContainerState:
+    """A ContainerState from the runtime's `.State` object."""
+    status = str(state.get("Status", "")).lower()
+    running = status in {"created", "running", "paused", "restarting", "configured"}
+    exit_code = None if running else state.get("ExitCode")
+    return ContainerState(status, exit_code if isinstance(exit_code, int) else None)
 
 
 def _last_line(text: str) -> str:

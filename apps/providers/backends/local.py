@@ -20,6 +20,8 @@ counts live attempts in the database).
 - `launch` holds a file lock on the work directory and starts nothing if a runner for the
   attempt already ran or runs there (its `handle.json` names it): a redelivered task or a
   reconcile pass can never start the workload twice.
+- `poll_many` (the reconcile pass) reads every container's state with one `container
+  inspect`; a host runner's poll is a /proc read, done per handle.
 - `terminate` starts a small detached reaper (SIGTERM to the group, SIGKILL after the grace
   period) and returns at once, so no Celery task waits out a grace period.
 - `terminate`, `release` and the reaper signal a host runner's process group only while it
@@ -41,8 +43,9 @@ import pwd
 import shlex
 import stat
 import sys
+from collections.abc import Sequence
 from contextlib import suppress
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +53,20 @@ from django.conf import settings
 
 from apps.providers.backends.base import (
     Backend,
+    BackendError,
     Bootstrap,
     Handle,
     LaunchRequest,
     OfferInfo,
     PermanentBackendError,
+    PollOutcome,
     PollResult,
+    poll_outcome,
 )
 from apps.providers.backends.containers import (
     WORKDIR_MOUNT,
     ContainerRuntime,
+    ContainerState,
     RunSpec,
     container_name,
 )
@@ -240,8 +247,39 @@ class LocalBackend(Backend):
             return self._poll_container(handle)
         return PollResult(**hostctl.state_of(handle))
 
+    def poll_many(self, handles: Sequence[Handle]) -> list[PollOutcome]:
+        """A host runner's poll is a read of /proc and its work directory: each is polled
+        as by `poll`. The containers' states come from one `container inspect` for all of
+        them, not one CLI call per container; when the runtime does not answer, each
+        container's handle gets that error (the host runners are still polled)."""
+        names = [
+            handle["container"]
+            for handle in handles
+            if isinstance(handle, dict) and isinstance(handle.get("container"), str)
+        ]
+        states: dict[str, ContainerState] = {}
+        failed: BackendError | None = None
+        try:
+            states = self.containers.states(names) if names else {}
+        except BackendError as exc:  # the runtime did not answer: each container's error
+            failed = exc
+        outcomes: list[PollOutcome] = []
+        for handle in handles:
+            name = handle.get("container") if isinstance(handle, dict) else None
+            state = states.get(name) if isinstance(name, str) else None
+            if isinstance(name, str) and failed is not None:
+                outcomes.append(failed)
+            elif state is None:  # a host runner (or a handle that is no container's)
+                outcomes.append(poll_outcome(self.poll, handle))
+            else:
+                read = partial(self._container_result, state=state)
+                outcomes.append(poll_outcome(read, handle))
+        return outcomes
+
     def _poll_container(self, handle: Handle) -> PollResult:
-        state = self.containers.state(handle["container"])
+        return self._container_result(handle, self.containers.state(handle["container"]))
+
+    def _container_result(self, handle: Handle, state: ContainerState) -> PollResult:
         if state.running:
             return PollResult("running")
         if state.status == "missing":

@@ -31,6 +31,11 @@ Config keys (the Provider's `config`):
   `private_key`). Without it, the Slurm commands run on this host, which must then be a
   Slurm client of the cluster.
 
+The reconcile pass polls every live attempt of a provider at once (`poll_many`): one
+`slurmctl poll-many` on the login node, which asks one `squeue` about all their jobs (then
+reads each one's exit record), so a pass costs one round trip per provider, not one per
+attempt.
+
 Billing starts when the job runs (`ALLOCATES_AT_LAUNCH = False`): until then `poll` answers
 `queued` with Slurm's reason (Priority, Resources, ...). A preempted job (or one whose node
 failed) polls `reclaimed`; jobs are submitted `--no-requeue`, so Slurm never reruns an
@@ -45,6 +50,7 @@ import json
 import math
 import posixpath
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -56,6 +62,7 @@ from apps.providers.backends.base import (
     LaunchRequest,
     OfferInfo,
     PermanentBackendError,
+    PollOutcome,
     PollResult,
     RetryableBackendError,
 )
@@ -91,6 +98,31 @@ def login_transport(login: dict[str, Any], credentials: dict[str, str]) -> Trans
         private_key=credentials.get("private_key", ""),
         state_dir=settings.SSH_STATE_DIR,
     )
+
+
+def _poll_result(answer: dict[str, Any]) -> PollResult:
+    """slurmctl's poll answer as a PollResult; PermanentBackendError when it is none."""
+    state = answer.get("state")
+    if state not in POLL_STATES:
+        raise PermanentBackendError(f"slurm: slurmctl poll answered {answer!r}")
+    return PollResult(state, exit_code=answer.get("exit_code"), detail=answer.get("detail", ""))
+
+
+def _poll_outcome(result: object) -> PollOutcome:
+    """One entry of slurmctl poll-many's `results`: a PollResult, or that job's error."""
+    if not isinstance(result, dict):
+        return PermanentBackendError(f"slurm: slurmctl poll-many answered {result!r}")
+    if "error" in result:
+        message = f"slurm: {result.get('error') or 'slurmctl poll failed'}"
+        return (
+            RetryableBackendError(message)
+            if result.get("retryable")
+            else (PermanentBackendError(message))
+        )
+    try:
+        return _poll_result(result)
+    except PermanentBackendError as exc:
+        return exc
 
 
 def job_name(job_id: str, attempt: int) -> str:
@@ -231,10 +263,38 @@ class SlurmBackend(Backend):
 
     def poll(self, handle: Handle) -> PollResult:
         answer = self._ctl("poll", handle["workdir"], str(handle["job_id"]), handle["name"])
-        state = answer.get("state")
-        if state not in POLL_STATES:
-            raise PermanentBackendError(f"slurm: slurmctl poll answered {answer!r}")
-        return PollResult(state, exit_code=answer.get("exit_code"), detail=answer.get("detail", ""))
+        return _poll_result(answer)
+
+    def poll_many(self, handles: Sequence[Handle]) -> list[PollOutcome]:
+        """Every handle's poll in one `slurmctl poll-many` on the login node: one `squeue`
+        for all the jobs (the handles go on stdin). Raises when Slurm or the login node did
+        not answer (RetryableBackendError, for all of them); a malformed handle gets its
+        own error."""
+        outcomes: list[PollOutcome] = []
+        asked: list[tuple[int, dict[str, str]]] = []
+        for index, handle in enumerate(handles):
+            try:
+                item = {
+                    "workdir": str(handle["workdir"]),
+                    "job_id": str(handle["job_id"]),
+                    "name": str(handle.get("name") or ""),
+                }
+            except (KeyError, TypeError, AttributeError):
+                outcomes.append(PermanentBackendError(f"slurm: a malformed handle {handle!r}"))
+                continue
+            asked.append((index, item))
+            outcomes.append(PermanentBackendError("slurm: slurmctl poll-many left it out"))
+        if not asked:
+            return outcomes
+        answer = self._ctl("poll-many", input={"handles": [item for _, item in asked]})
+        results = answer.get("results")
+        if not isinstance(results, list) or len(results) != len(asked):
+            raise PermanentBackendError(
+                f"slurm: slurmctl poll-many answered {answer!r:.200} for {len(asked)} jobs"
+            )
+        for (index, _), result in zip(asked, results, strict=True):
+            outcomes[index] = _poll_outcome(result)
+        return outcomes
 
     def terminate(self, handle: Handle, grace_s: float) -> None:
         """SIGTERM to the job's processes now; SIGKILL and scancel after `grace_s`, by a

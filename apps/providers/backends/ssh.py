@@ -25,11 +25,13 @@ attempt's work directory it starts one detached runner (new session, all descrip
 redirected, so the SSH channel closes at once) or, when one was launched, answers its
 handle. The token goes over the SSH channel's stdin into a 0600 file the runner reads and
 deletes; it is in no argv and no environment. `poll`, `terminate`, `release` and
-`diagnostics` are `hostctl` ops on the attempt's work directory.
+`diagnostics` are `hostctl` ops on the attempt's work directory; `poll_many` (the reconcile
+pass) is one `hostctl poll-many` for every attempt on the host, their work directories on
+the command's stdin, so a pass costs one SSH round trip per host, not one per attempt.
 
-A failed connection raises RetryableBackendError from every call, `poll` included: a host
-that cannot be reached is never by itself a `lost` attempt (the runner heartbeats over
-HTTP, and the control plane decides on that).
+A failed connection raises RetryableBackendError from every call, `poll` and `poll_many`
+included: a host that cannot be reached is never by itself a `lost` attempt (the runner
+heartbeats over HTTP, and the control plane decides on that).
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ from apps.providers.backends.base import (
     LaunchRequest,
     OfferInfo,
     PermanentBackendError,
+    PollOutcome,
     PollResult,
     RetryableBackendError,
+    failed_poll,
 )
 from apps.providers.backends.bundle import bundle_name, install_bundle
 from apps.providers.backends.ssh_transport import SshTransport
@@ -64,6 +68,8 @@ RUNTIMES = ("host",)
 # The far host's own values of these reach the runner (its login's HOME, not ours).
 INHERITED_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
 NO_PYTHON = 127  # the shell's status when the interpreter is not found
+# One `hostctl poll-many` answers for every attempt on the host: a few ms per attempt there.
+POLL_MANY_TIMEOUT_S = 60
 
 # Per process: the far hosts' resolved work directories and installed bundles.
 _resolved: dict[tuple[str, str], str] = {}
@@ -224,6 +230,47 @@ class SshBackend(Backend):
             exit_code=answer.get("exit_code"),
             detail=answer.get("detail", ""),
         )
+
+    def poll_many(self, handles: Sequence[Handle]) -> list[PollOutcome]:
+        """Every handle's poll in one SSH command (`hostctl poll-many`, the work directories
+        on stdin). Raises RetryableBackendError, for all of them, when the host cannot be
+        asked; a handle without a work directory gets its own error."""
+        outcomes: list[PollOutcome] = []
+        asked: list[tuple[int, str]] = []
+        for index, handle in enumerate(handles):
+            workdir = handle.get("workdir") if isinstance(handle, dict) else None
+            if isinstance(workdir, str) and workdir:
+                asked.append((index, workdir))
+            outcomes.append(PermanentBackendError(f"ssh: a handle without a workdir: {handle!r}"))
+        if asked:
+            request = json.dumps({"workdirs": [workdir for _, workdir in asked]}).encode()
+            answer = self.hostctl("poll-many", input=request, timeout=POLL_MANY_TIMEOUT_S)
+            results = answer.get("results") if isinstance(answer, dict) else None
+            if not isinstance(results, list) or len(results) != len(asked):
+                raise PermanentBackendError(
+                    f"hostctl poll-many on {self.transport.describe()} answered "
+                    f"{len(results) if isinstance(results, list) else 'no'} results for "
+                    f"{len(asked)} work directories"
+                )
+            for (index, _), result in zip(asked, results, strict=True):
+                outcomes[index] = self._outcome(result)
+        return outcomes
+
+    def _outcome(self, result: object) -> PollOutcome:
+        """One entry of `hostctl poll-many`'s answer as a PollResult, or its error."""
+        if not isinstance(result, dict) or "error" in result:
+            error = result.get("error") if isinstance(result, dict) else result
+            return PermanentBackendError(
+                f"hostctl poll on {self.transport.describe()} failed: {error}"
+            )
+        try:
+            return PollResult(
+                state=result["state"],
+                exit_code=result.get("exit_code"),
+                detail=result.get("detail", ""),
+            )
+        except (KeyError, TypeError) as exc:
+            return failed_poll(exc)
 
     def terminate(self, handle: Handle, grace_s: float) -> None:
         self.hostctl("terminate", handle["workdir"], str(grace_s), timeout=30)

@@ -5,7 +5,10 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from apps.jobs import services
 from apps.jobs.execution import attempts, dispatch, supervision
@@ -150,6 +153,44 @@ def test_started_moves_the_job_to_running_and_heartbeats_carry_orders(org):
     assert runner.post("heartbeat", {"last_seq": 0}).json() == {"order": "continue"}
     services.job_terminate(job=runner.job)
     assert runner.post("heartbeat", {"last_seq": 0}).json() == {"order": "terminate"}
+
+
+def test_a_heartbeat_is_one_update_and_its_answer_carries_the_order(org):
+    runner = _allocated(org)
+    runner.post("started", {"pid": 1})
+    Attempt.objects.filter(pk=runner.attempt.pk).update(last_heartbeat_at=None)
+
+    with CaptureQueriesContext(connection) as queries:
+        answer = runner.post("heartbeat", {"last_seq": 0})
+
+    assert answer.json() == {"order": "continue"}
+    # The token's attempt and job (authentication), then the beat: no re-read.
+    assert [query["sql"].split()[0] for query in queries] == ["SELECT", "UPDATE"]
+    assert Attempt.objects.get(pk=runner.attempt.pk).last_heartbeat_at is not None
+    Attempt.objects.filter(pk=runner.attempt.pk).update(preempt_requested_at=timezone.now())
+    assert runner.post("heartbeat").json() == {"order": "checkpoint_and_exit"}
+    services.job_terminate(job=runner.job)
+    assert runner.post("heartbeat").json() == {"order": "terminate"}
+
+
+def test_a_heartbeat_of_an_ended_or_superseded_attempt_is_409_and_records_nothing(org):
+    runner = _allocated(org)
+    runner.post("started", {"pid": 1})
+    attempt = Attempt.objects.get(pk=runner.attempt.pk)
+    attempts.end_attempt(attempt, reason="reclaimed")
+    ended_beat = Attempt.objects.get(pk=attempt.pk).last_heartbeat_at
+
+    response = runner.post("heartbeat")
+
+    assert response.status_code == 409
+    assert response.json()["error"]["type"] == "attempt_superseded"
+    assert Attempt.objects.get(pk=attempt.pk).last_heartbeat_at == ended_beat
+    # Not ended, but no longer the job's current attempt (a later one was made): the same.
+    Attempt.objects.filter(pk=attempt.pk).update(ended_at=None)
+    Job.objects.filter(pk=runner.job.pk).update(attempt_count=2)
+    with pytest.raises(attempts.AttemptSuperseded):
+        supervision.runner_heartbeat(attempt.pk)
+    assert Attempt.objects.get(pk=attempt.pk).last_heartbeat_at == ended_beat
 
 
 def test_a_retried_batch_is_stored_once_and_counts_stay_exact(org):
