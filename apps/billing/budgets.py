@@ -31,8 +31,8 @@ from django.utils import timezone
 from apps.accounts.models import Membership, Role
 from apps.billing import ledger, live
 from apps.billing.errors import BudgetExceeded
-from apps.billing.models import Budget, BudgetNotice, Meter, Transfer
-from apps.billing.usage import burn_micros_hr
+from apps.billing.models import Budget, BudgetNotice, Transfer
+from apps.billing.usage import burn_rates
 from apps.core.money import format_usd
 from apps.core.transactions import after_commit
 
@@ -116,35 +116,41 @@ def horizon_s() -> float:
 
 def evaluate(now: datetime | None = None) -> list[Exhausted]:
     """One pass over budgets and balances: write the notices now due and return the scopes
-    whose jobs must be terminated. Safe to run concurrently (notices are unique)."""
+    whose jobs must be terminated. Safe to run concurrently (notices are unique).
+
+    A handful of queries however many budgets, organizations and live jobs there are: the
+    budgets; their spend, per period, in one aggregate; the notices already written this
+    period; the open meters' prices per organization and project (the burn rates); the
+    wallets of the organizations that burn. Writes only the notices newly due."""
     now = now or timezone.now()
     exhausted: list[Exhausted] = []
     ahead = horizon_s() / 3600
-    for budget in Budget.objects.select_related("project", "organization"):
-        start = period_start(budget.period, now)
-        spent = spent_micros(budget, start)
-        _notice_thresholds(budget, start, spent)
+    burn: dict[int, dict[int, int]] = {}
+    for (organization_id, project_id), rate in burn_rates().items():
+        burn.setdefault(organization_id, {})[project_id] = rate
+    every = list(Budget.objects.select_related("project", "organization").order_by("pk"))
+    starts = {budget.pk: period_start(budget.period, now) for budget in every}
+    spent = _spent_by_budget(every, starts)
+    noticed = _noticed(every, starts)
+    for budget in every:
+        used = spent[budget.pk]
+        _notice_thresholds(budget, starts[budget.pk], used, noticed)
         if budget.action != Budget.Action.TERMINATE:
             continue
-        burn = burn_micros_hr(budget.organization_id, budget.project_id)
-        if spent >= budget.limit_micros or budget.limit_micros - spent < burn * ahead:
+        rate = _burn_in(burn, budget.organization_id, budget.project_id)
+        if used >= budget.limit_micros or budget.limit_micros - used < rate * ahead:
             exhausted.append(
                 Exhausted(
                     budget.organization_id,
                     budget.project_id,
-                    f"The {describe(budget)} is spent ({format_usd(spent)} of "
+                    f"The {describe(budget)} is spent ({format_usd(used)} of "
                     f"{format_usd(budget.limit_micros)}).",
                 )
             )
-    burning = (
-        Meter.objects.filter(ended_at__isnull=True)
-        .values_list("organization_id", flat=True)
-        .distinct()
-    )
-    for organization_id in burning:
-        left = ledger.balance(organization_id).balance_micros
-        burn = burn_micros_hr(organization_id)
-        if left < burn * ahead:
+    balances = ledger.balances(burn)  # the organizations with an open meter
+    for organization_id in sorted(burn):
+        left = balances[organization_id].balance_micros
+        if left < _burn_in(burn, organization_id, None) * ahead:
             exhausted.append(
                 Exhausted(
                     organization_id,
@@ -155,11 +161,65 @@ def evaluate(now: datetime | None = None) -> list[Exhausted]:
     return exhausted
 
 
-def _notice_thresholds(budget: Budget, start: datetime, spent: int) -> None:
+def _burn_in(burn: dict[int, dict[int, int]], organization_id: int, project_id: int | None) -> int:
+    """`burn_micros_hr` of one scope (project None: the whole organization), from `burn`:
+    `usage.burn_rates()` by organization, then project."""
+    rates = burn.get(organization_id, {})
+    return sum(rates.values()) if project_id is None else rates.get(project_id, 0)
+
+
+def _spent_by_budget(every: list[Budget], starts: dict[int, datetime]) -> dict[int, int]:
+    """`spent_micros` of each budget since its period's start (`starts`), in one query: the
+    usage of the budgets' organizations summed per organization and project, once per
+    distinct period start."""
+    if not every:
+        return {}
+    periods = sorted(set(starts.values()))
+    sums = {
+        f"since_{i}": Sum("amount_micros", filter=Q(created_at__gte=since))
+        for i, since in enumerate(periods)
+    }
+    rows = list(
+        Transfer.objects.filter(
+            organization_id__in={budget.organization_id for budget in every},
+            code=Transfer.Code.USAGE,
+            created_at__gte=periods[0],
+        )
+        .values("organization_id", "project_id")
+        .annotate(**sums)
+    )
+    spent = {}
+    for budget in every:
+        column = f"since_{periods.index(starts[budget.pk])}"
+        spent[budget.pk] = sum(
+            row[column] or 0
+            for row in rows
+            if row["organization_id"] == budget.organization_id
+            and budget.project_id in (None, row["project_id"])
+        )
+    return spent
+
+
+def _noticed(every: list[Budget], starts: dict[int, datetime]) -> set[tuple[int, datetime, int]]:
+    """The (budget, period start, threshold) notices already written for the budgets'
+    current periods, in one query."""
+    if not every:
+        return set()
+    rows = BudgetNotice.objects.filter(
+        budget_id__in=list(starts), period_start__in=set(starts.values())
+    ).values_list("budget_id", "period_start", "threshold")
+    return {(budget_id, start, threshold) for budget_id, start, threshold in rows}
+
+
+def _notice_thresholds(
+    budget: Budget, start: datetime, spent: int, noticed: set[tuple[int, datetime, int]]
+) -> None:
     percent = spent * 100 / budget.limit_micros
     for threshold in sorted(budget.thresholds or DEFAULT_THRESHOLDS):
         if percent < threshold:
             break
+        if (budget.pk, start, threshold) in noticed:
+            continue  # written by an earlier pass
         try:
             with transaction.atomic():
                 notice = BudgetNotice.objects.create(
@@ -171,7 +231,7 @@ def _notice_thresholds(budget: Budget, start: datetime, spent: int) -> None:
                     limit_micros=budget.limit_micros,
                 )
         except IntegrityError:
-            continue  # noticed already, by this pass's predecessor or a racing one
+            continue  # noticed already, by a racing pass
         after_commit(_announce, notice.pk)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from django.db import transaction
-from django.db.models import Sum
+from django.db.models import Exists, OuterRef, Sum
 
 from apps.billing import ledger
 from apps.billing.models import Meter
@@ -89,3 +89,28 @@ def burn_micros_hr(organization_id: int, project_id: int | None = None) -> int:
     if project_id is not None:
         meters = meters.filter(project_id=project_id)
     return meters.aggregate(total=Sum("price_micros_hr"))["total"] or 0
+
+
+def burn_rates() -> dict[tuple[int, int], int]:
+    """What every organization spends per hour now, per project: the sum of the open meters'
+    captured prices keyed (organization, project), in one query. An organization with an
+    open meter is in it even where the prices sum to 0."""
+    rows = (
+        Meter.objects.filter(ended_at__isnull=True)
+        .values_list("organization_id", "project_id")
+        .annotate(total=Sum("price_micros_hr"))
+    )
+    return {(organization_id, project_id): total for organization_id, project_id, total in rows}
+
+
+def metered(attempt_ids: list[int]) -> set[int]:
+    """Those of the attempts that have a meter (open or closed)."""
+    return set(
+        Meter.objects.filter(attempt_id__in=attempt_ids).values_list("attempt_id", flat=True)
+    )
+
+
+def has_meter(attempt: OuterRef) -> Exists:
+    """An expression for a query over attempts: whether the attempt `attempt` points at has a
+    meter (open or closed)."""
+    return Exists(Meter.objects.filter(attempt_id=attempt))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 import redis
 from django.conf import settings
@@ -57,10 +58,12 @@ def reconcile() -> None:
     lock = client.lock("trainyard:reconcile", timeout=120, blocking=False)
     if not lock.acquire():
         return
+    started = time.monotonic()
     try:
         summary = reconcile_loop.reconcile()
         if any(summary.values()):
-            logger.info("reconcile: %s", summary)
+            # The pass's duration is what an operator watches as live attempts grow.
+            logger.info("reconcile: %s in %.3fs", summary, time.monotonic() - started)
     finally:
         with contextlib.suppress(redis.exceptions.LockError):
             lock.release()

@@ -63,23 +63,44 @@ def start_billing(job: Job, attempt: Attempt, now: datetime | None = None) -> bo
     return True
 
 
+def billable_minutes(attempt: Attempt, now: datetime) -> int:
+    """The whole minutes `attempt` owes at `now`: from `billing_started_at` to its end (or
+    now), no further than `billed_until`, at least MIN_BILLED_MINUTES. Call only for an
+    attempt whose billing started."""
+    end = min(attempt.ended_at or now, attempt.billed_until or now)
+    seconds = accounted_seconds(attempt.billing_started_at, end)
+    return max(MIN_BILLED_MINUTES, int(seconds // 60))
+
+
 def bill(job: Job, now: datetime | None = None) -> int:
     """Bring every attempt's billed minutes up to date, post what they added to the ledger
     and store the job's accrued spend (always the sum of its usage transfers). Call under the
-    job's row lock. Returns the job's accrued micro-dollars."""
+    job's row lock. Returns the job's accrued micro-dollars.
+
+    Writes only what changed: an attempt is updated and metered when its whole minutes
+    moved (usage is posted per minute, so between two minute boundaries there is nothing to
+    post), the job when its spend moved. A live attempt whose minutes did not move is only
+    metered when it has no meter yet (the burn rate counts open meters; allocation and
+    `start_billing` open one, so this is for an attempt billed before either did)."""
     now = now or timezone.now()
     total = 0
+    unchanged_live: list[Attempt] = []
     for attempt in job.attempts.all():
         if attempt.billing_started_at is None:
             continue  # it never had hardware (waited in a provider's queue): free
-        end = min(attempt.ended_at or now, attempt.billed_until or now)
-        seconds = accounted_seconds(attempt.billing_started_at, end)
-        minutes = max(MIN_BILLED_MINUTES, int(seconds // 60))
-        if minutes != attempt.billed_minutes or attempt.ended_at is None:
+        minutes = billable_minutes(attempt, now)
+        if minutes != attempt.billed_minutes:
             attempt.billed_minutes = minutes
             Attempt.objects.filter(pk=attempt.pk).update(billed_minutes=minutes)
             meter(job, attempt)
+        elif attempt.ended_at is None:
+            unchanged_live.append(attempt)
         total += attempt.cost_micros
+    if unchanged_live:
+        metered = usage.metered([attempt.pk for attempt in unchanged_live])
+        for attempt in unchanged_live:
+            if attempt.pk not in metered:
+                meter(job, attempt)
     if total != job.accrued_micros:
         job.accrued_micros = total
         Job.objects.filter(pk=job.pk).update(accrued_micros=total)

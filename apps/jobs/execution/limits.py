@@ -1,18 +1,33 @@
 """Limits: bill a live job to now and terminate it when its `max_cost_usd` or
 `max_runtime_hours` binds, or when a budget over it (or its organization's balance) is
 exhausted (apps.billing.budgets decides which). Limits end a job at once, with no grace:
-the reference platform gives none on a binding limit."""
+the reference platform gives none on a binding limit.
+
+Reconcile's pass calls `enforce_live_limits`: two queries read every live job and its
+billed attempts, and only the jobs where something is due (a whole minute accrued, an end
+not yet billed, a meter to open, a limit reached) are locked and billed by `enforce_limits`.
+Usage is posted per whole minute, so a job between two minute boundaries has nothing to
+write: skipping it posts exactly what billing it would have posted (nothing)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
+
 from django.conf import settings
 from django.db import transaction
+from django.db.models import OuterRef, Q
 from django.utils import timezone
 
-from apps.billing import budgets
+from apps.billing import budgets, usage
 from apps.jobs import services
-from apps.jobs.execution.attempts import accounted_seconds, bill, stop_billing
-from apps.jobs.models import Job
+from apps.jobs.execution.attempts import (
+    accounted_seconds,
+    bill,
+    billable_minutes,
+    stop_billing,
+)
+from apps.jobs.models import Attempt, Job
 from apps.jobs.states import TERMINAL_STATES, JobState
 
 LIVE_JOB_STATES = (
@@ -22,6 +37,8 @@ LIVE_JOB_STATES = (
     JobState.FINALIZING,
     JobState.TERMINATING,
 )
+# Live, but ending already: billed to now, never terminated by a limit.
+ENDING_STATES = frozenset({JobState.TERMINATING, JobState.FINALIZING})
 BUDGET_EXHAUSTED = "budget_exhausted"
 NO_GRACE_REASONS = frozenset({"max_runtime", "max_cost", BUDGET_EXHAUSTED})
 
@@ -36,25 +53,86 @@ def enforce_limits(job_id: int) -> None:
         job = Job.objects.select_for_update(of=("self",), no_key=True).filter(pk=job_id).first()
         if job is None or job.state not in LIVE_JOB_STATES:
             return
-        accrued = bill(job)
-        if job.state in {JobState.TERMINATING, JobState.FINALIZING}:
+        now = timezone.now()
+        accrued = bill(job, now)
+        if job.state in ENDING_STATES:
             return
-        reason = None
-        if job.max_cost_micros is not None and accrued >= job.max_cost_micros:
-            reason = "max_cost"
-        elif job.max_runtime_hours is not None and _runtime_hours(job) >= job.max_runtime_hours:
-            reason = "max_runtime"
+        reason = _binding_limit(job, accrued, job.attempts.all(), now)
         if reason:
             stop_billing(job)
     if reason:
         services.job_terminate(job=job, reason=reason)
 
 
-def _runtime_hours(job: Job) -> float:
-    now = timezone.now()
+def enforce_live_limits(now: datetime | None = None) -> int:
+    """`enforce_limits` for every live job where something is due now, and for no other:
+    one query for the live jobs, one for their attempts that have had hardware, then the
+    decision in memory, by the same rules as `bill` and `enforce_limits`. Due: an attempt
+    whose billable whole minutes differ from its billed ones (a minute accrued, or its end
+    not yet billed), a live attempt without a meter, a job whose accrued spend is not the
+    sum of its attempts' costs, or a job not yet ending whose cost or runtime limit binds.
+    Returns how many jobs it billed."""
+    now = now or timezone.now()
+    jobs = list(
+        Job.objects.filter(state__in=LIVE_JOB_STATES)
+        .order_by("pk")
+        .only("pk", "state", "accrued_micros", "max_cost_micros", "max_runtime_hours")
+    )
+    billed: dict[int, list[Attempt]] = {}
+    rows = (
+        Attempt.objects.filter(job__state__in=LIVE_JOB_STATES, billing_started_at__isnull=False)
+        .annotate(metered=usage.has_meter(OuterRef("pk")))
+        .order_by("job_id", "number")
+        .only(
+            "pk",
+            "job_id",
+            "number",
+            "price_micros_hr",
+            "billing_started_at",
+            "ended_at",
+            "billed_until",
+            "billed_minutes",
+        )
+    )
+    for attempt in rows:
+        billed.setdefault(attempt.job_id, []).append(attempt)
+    due = [job.pk for job in jobs if _due(job, billed.get(job.pk, []), now)]
+    for job_id in due:
+        enforce_limits(job_id)
+    return len(due)
+
+
+def _due(job: Job, attempts: list[Attempt], now: datetime) -> bool:
+    """Whether `enforce_limits(job)` at `now` would write anything or end the job."""
+    accrued = 0
+    for attempt in attempts:
+        if billable_minutes(attempt, now) != attempt.billed_minutes:
+            return True
+        if attempt.ended_at is None and not attempt.metered:
+            return True
+        accrued += attempt.cost_micros
+    if accrued != job.accrued_micros:
+        return True
+    if job.state in ENDING_STATES:
+        return False
+    return _binding_limit(job, accrued, attempts, now) is not None
+
+
+def _binding_limit(
+    job: Job, accrued: int, attempts: Iterable[Attempt], now: datetime
+) -> str | None:
+    """The limit of the job that binds with `accrued` spent by `now`, if any."""
+    if job.max_cost_micros is not None and accrued >= job.max_cost_micros:
+        return "max_cost"
+    if job.max_runtime_hours is not None and _runtime_hours(attempts, now) >= job.max_runtime_hours:
+        return "max_runtime"
+    return None
+
+
+def _runtime_hours(attempts: Iterable[Attempt], now: datetime) -> float:
     seconds = sum(
         accounted_seconds(a.billing_started_at, a.ended_at or now)
-        for a in job.attempts.all()
+        for a in attempts
         if a.billing_started_at is not None
     )
     return seconds / 3600
@@ -63,18 +141,32 @@ def _runtime_hours(job: Job) -> float:
 def enforce_budgets() -> int:
     """Terminate every job not yet ended in a scope whose terminate budget, or whose
     organization's balance, is exhausted. Call after billing live jobs to now. Returns how
-    many jobs it asked to end."""
-    ended = 0
-    for scope in budgets.evaluate():
-        jobs = Job.objects.filter(organization_id=scope.organization_id).exclude(
-            state__in=[*TERMINAL_STATES, JobState.TERMINATING]
-        )
+    many jobs it asked to end. One query finds the jobs of every exhausted scope; each is
+    then locked and ended on its own."""
+    scopes = budgets.evaluate()
+    if not scopes:
+        return 0
+    in_scopes = Q()
+    for scope in scopes:
+        match = Q(organization_id=scope.organization_id)
         if scope.project_id is not None:
-            jobs = jobs.filter(project_id=scope.project_id)
-        for job in jobs:
-            with transaction.atomic():
-                locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
-                stop_billing(locked)
-                services.job_terminate(job=locked, reason=BUDGET_EXHAUSTED, message=scope.why)
-            ended += 1
+            match &= Q(project_id=scope.project_id)
+        in_scopes |= match
+    jobs = (
+        Job.objects.filter(in_scopes)
+        .exclude(state__in=[*TERMINAL_STATES, JobState.TERMINATING])
+        .values_list("pk", "organization_id", "project_id")
+    )
+    ended = 0
+    for job_id, organization_id, project_id in jobs:
+        why = next(
+            scope.why
+            for scope in scopes
+            if scope.organization_id == organization_id and scope.project_id in (None, project_id)
+        )
+        with transaction.atomic():
+            locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job_id)
+            stop_billing(locked)
+            services.job_terminate(job=locked, reason=BUDGET_EXHAUSTED, message=why)
+        ended += 1
     return ended

@@ -1,8 +1,10 @@
 """The reconcile loop (Celery beat, `jobs.reconcile`): one pass re-dispatches stalled
 launches, and waiting jobs when capacity freed (`execution.capacity`, organizations in
 turn), supervises every launched attempt, enforces limits and budgets and finishes jobs stuck in
-`finalizing` or `terminating`. Cheap when nothing changes: a few indexed queries, then one
-poll per live attempt."""
+`finalizing` or `terminating`. Cheap when nothing changes: a few indexed queries (one for
+all the live attempts, with their providers and jobs), then one `poll_many` per provider
+(`supervision.supervise_many`): an SSH host or a Slurm login node is asked once per pass
+about all its attempts, not once per attempt."""
 
 from __future__ import annotations
 
@@ -16,11 +18,10 @@ from django.utils import timezone
 
 from apps.jobs import enqueue
 from apps.jobs.execution import capacity
-from apps.jobs.execution.limits import LIVE_JOB_STATES, enforce_budgets, enforce_limits
-from apps.jobs.execution.supervision import finalize, supervise
+from apps.jobs.execution.limits import enforce_budgets, enforce_live_limits
+from apps.jobs.execution.supervision import finalize, supervise_many
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState
-from apps.providers.backends.base import RetryableBackendError
 
 logger = logging.getLogger(__name__)
 
@@ -62,21 +63,17 @@ def reconcile() -> dict[str, int]:
     for job_id in to_dispatch:
         enqueue.dispatch_now(job_id)
 
+    # Every launched live attempt in one query, each provider's polled at once (one
+    # poll_many); one broken attempt never stops supervision of the others.
     live = list(
-        Attempt.objects.filter(ended_at__isnull=True, launched_at__isnull=False).values_list(
-            "pk", flat=True
+        Attempt.objects.filter(ended_at__isnull=True, launched_at__isnull=False).select_related(
+            "provider", "job"
         )
     )
-    for attempt_id in live:
-        try:
-            supervise(attempt_id)
-        except RetryableBackendError as exc:  # the provider is out of reach for now
-            logger.warning("supervising attempt %s: %s; trying again next pass", attempt_id, exc)
-        except Exception:  # one broken attempt must not stop supervision of the others
-            logger.exception("supervising attempt %s failed", attempt_id)
+    supervise_many(live)
 
-    for job_id in Job.objects.filter(state__in=LIVE_JOB_STATES).values_list("pk", flat=True):
-        enforce_limits(job_id)
+    # Only the jobs where a minute accrued or a limit binds are locked and billed.
+    enforce_live_limits()
     terminated = enforce_budgets()
 
     stuck = Job.objects.filter(
