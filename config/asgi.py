@@ -1,6 +1,7 @@
 """The ASGI entry point: Django for HTTP behind a guard that refuses oversized bodies before
-they are read (`config/body_limits.py`), Channels for websockets (session auth, checked
-origin). Consumers are registered in `config/routing.py`."""
+they are read (`config/body_limits.py`) and admission control that bounds how many runner
+requests run at once (`config/admission.py`), Channels for websockets (session auth,
+checked origin). Consumers are registered in `config/routing.py`."""
 
 import os
 
@@ -13,12 +14,14 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from config.admission import admit_runner_requests  # noqa: E402
 from config.body_limits import guard_request_bodies  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
 
+runner_admission = admit_runner_requests(django_asgi_app)
 application = ProtocolTypeRouter(
     {
-        "http": guard_request_bodies(django_asgi_app),
+        "http": guard_request_bodies(runner_admission),
         "websocket": AllowedHostsOriginValidator(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         ),

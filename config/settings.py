@@ -97,6 +97,11 @@ TEMPLATES = [
 
 DATABASE_POOL = env_bool("DATABASE_POOL", True)
 DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 8)
+# At most this many runner-protocol requests (spec, started, heartbeat, logs, exit) run at
+# once per web process; the rest wait up to RUNNER_QUEUE_TIMEOUT_S, then get 503
+# `overloaded`, which runners retry (config/admission.py). Default: the pool less two.
+RUNNER_MAX_CONCURRENT = env_int("RUNNER_MAX_CONCURRENT", max(1, DATABASE_POOL_SIZE - 2))
+RUNNER_QUEUE_TIMEOUT_S = env_float("RUNNER_QUEUE_TIMEOUT_S", 10.0)
 
 
 def _database_config(url: str) -> dict:

@@ -7,12 +7,17 @@ must get the API's error shape whatever went wrong, so this middleware (outermos
 sees every response) turns any error response under those prefixes that is not already JSON
 into `{"error": {"type", "message", "param"}}` with the same status, keeping the headers a
 client needs (`Allow`, `Retry-After`, `WWW-Authenticate`).
+
+A request that found every pooled database connection taken for the pool's whole wait is
+not a bug to answer 500 for: under `/api/` it is a 503 `overloaded` with `Retry-After`, which
+clients retry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from apps.core.api_errors import error_body, is_api_path
@@ -27,6 +32,7 @@ _ANSWERS: dict[int, tuple[str, str]] = {
     429: ("rate_limited", "Too many requests; try again later."),
 }
 _KEPT_HEADERS = ("Allow", "Retry-After", "WWW-Authenticate")
+OVERLOADED_RETRY_AFTER_S = 1
 
 
 class ApiJsonErrorsMiddleware:
@@ -42,6 +48,26 @@ class ApiJsonErrorsMiddleware:
         ):
             return response
         return json_error(response)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not is_api_path(request.path) or not pool_exhausted(exception):
+            return None
+        answer = JsonResponse(
+            error_body("overloaded", "The server is busy: no database connection was free."),
+            status=503,
+        )
+        answer["Retry-After"] = str(OVERLOADED_RETRY_AFTER_S)
+        return answer
+
+
+def pool_exhausted(exception: BaseException) -> bool:
+    """Whether `exception` is the connection pool's wait running out (every connection
+    taken), as Django raises it: an OperationalError caused by psycopg_pool's PoolTimeout."""
+    try:
+        from psycopg_pool import PoolTimeout
+    except ImportError:  # no pool without psycopg_pool
+        return False
+    return isinstance(exception, OperationalError) and isinstance(exception.__cause__, PoolTimeout)
 
 
 def json_error(response: HttpResponse) -> JsonResponse:

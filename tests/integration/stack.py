@@ -88,6 +88,7 @@ class Stack:
     workdir: Path
     port: int = field(default_factory=free_port)
     procs: dict[str, Proc] = field(default_factory=dict)
+    web_workers: int = 1  # uvicorn --workers (the Procfile's WEB_WORKERS)
 
     @property
     def url(self) -> str:
@@ -126,6 +127,8 @@ class Stack:
                 str(self.port),
                 "--log-level",
                 "warning",
+                "--workers",
+                str(self.web_workers),
             ],
         )
         web.start(self.env())

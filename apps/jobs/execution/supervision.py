@@ -113,6 +113,25 @@ def runner_heartbeat(attempt: Attempt | int) -> str:
     return order_for(attempt.job, attempt)
 
 
+def runner_heard(attempt: Attempt) -> None:
+    """A runner request other than a heartbeat (a log batch) was served: the runner is
+    alive, and that counts as a heartbeat. Written at most once per HEARTBEAT_INTERVAL_S
+    (`attempt` as loaded for the request says when the last one was), so a runner posting
+    a batch a second costs one UPDATE every few seconds, not one per batch.
+
+    Under load the log batches, many more than heartbeats, could crowd the heartbeats out
+    (each request may wait its turn, `config/admission.py`) until a healthy runner was
+    declared silent and its attempt lost; a stored batch proves it alive all the same."""
+    if attempt.ended_at is not None:
+        return
+    now = timezone.now()
+    last = attempt.last_heartbeat_at
+    if last is not None and now - last < timedelta(seconds=settings.HEARTBEAT_INTERVAL_S):
+        return
+    Attempt.objects.filter(pk=attempt.pk, ended_at__isnull=True).update(last_heartbeat_at=now)
+    attempt.last_heartbeat_at = now
+
+
 def runner_exited(attempt_id: int, exit_code: int, *, confirmed: bool = False) -> None:
     """Record the workload's exit code (from the runner or the backend's poll) and move the
     job on: to `preempted` when the attempt was displaced or reclaimed, else towards its

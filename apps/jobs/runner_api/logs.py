@@ -1,13 +1,15 @@
 """`POST jobs/<job id>/logs`: a batch of the workload's log lines (docs/runner-protocol.md),
 stored once per sequence number, so a batch sent twice is counted once. A batch marked
 `follows: N` was sent while the batch ending at seq N may still be in flight: it waits
-(briefly) for that one to be stored first, so ids keep the order of seqs."""
+(briefly) for that one to be stored first, so ids keep the order of seqs. A batch served
+counts as the runner's heartbeat (`supervision.runner_heard`)."""
 
 from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
+from apps.jobs.execution import supervision
 from apps.jobs.models import Attempt
 from apps.jobs.runner_api.auth import json_body, runner_endpoint
 from apps.jobs.telemetry import ingestion
@@ -22,4 +24,5 @@ def logs(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     if follows is not None:
         ingestion.wait_for_predecessor(job_id=attempt.job_id, attempt=attempt.number, seq=follows)
     result = ingestion.ingest(attempt=attempt, job=attempt.job, lines=lines)
+    supervision.runner_heard(attempt)  # a stored batch is a heartbeat too
     return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})

@@ -2,7 +2,7 @@
 
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -319,3 +319,21 @@ def test_an_old_attempt_is_superseded(org):
         assert response.json()["error"]["type"] == "attempt_superseded"
     # Late lines of the old attempt are still history worth keeping.
     assert runner.post("logs", {"lines": [_line(1, "late")]}).json()["accepted"] == 1
+
+
+def test_a_stored_log_batch_counts_as_a_heartbeat_at_most_once_per_interval(org, settings):
+    """Under load a runner's heartbeats may wait behind its batches: a batch it could send is
+    proof of life all the same, so a busy control plane never takes it for silent."""
+    runner = _allocated(org)
+    assert runner.post("started").status_code == 200
+    long_ago = timezone.now() - timedelta(seconds=settings.HEARTBEAT_TIMEOUT_S - 1)
+    Attempt.objects.filter(pk=runner.attempt.pk).update(last_heartbeat_at=long_ago)
+
+    assert runner.post("logs", {"lines": [_line(1, "step 1")]}).status_code == 200
+    beat = Attempt.objects.get(pk=runner.attempt.pk).last_heartbeat_at
+    assert timezone.now() - beat < timedelta(seconds=5)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert runner.post("logs", {"lines": [_line(2, "step 2")]}).status_code == 200
+    assert not [q for q in queries.captured_queries if 'UPDATE "jobs_attempt"' in q["sql"]]
+    assert Attempt.objects.get(pk=runner.attempt.pk).last_heartbeat_at == beat
