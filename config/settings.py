@@ -329,6 +329,9 @@ NO_CAPACITY_TIMEOUT_S = env_float("NO_CAPACITY_TIMEOUT_S", 3600.0)
 # most RECONCILE_DISPATCH_BATCH a pass, taking organizations in turn.
 DISPATCH_SWEEP_S = env_float("DISPATCH_SWEEP_S", 15.0)
 RECONCILE_DISPATCH_BATCH = env_int("RECONCILE_DISPATCH_BATCH", 50)
+# At most this many live jobs are billed (and their limits checked) per reconcile pass, the
+# most urgent first; a job left over is billed a pass later, every minute still posted.
+RECONCILE_BILLING_BATCH = env_int("RECONCILE_BILLING_BATCH", 100)
 # At most this many jobs of one organization wait to be placed (`requested`); more is a
 # 429 `waiting_jobs_limit`.
 MAX_WAITING_JOBS_PER_ORG = env_int("MAX_WAITING_JOBS_PER_ORG", 200)

@@ -64,15 +64,21 @@ def enforce_limits(job_id: int) -> None:
         services.job_terminate(job=job, reason=reason)
 
 
-def enforce_live_limits(now: datetime | None = None) -> int:
-    """`enforce_limits` for every live job where something is due now, and for no other:
+def enforce_live_limits(now: datetime | None = None, batch: int | None = None) -> int:
+    """`enforce_limits` for the live jobs where something is due now, and for no other:
     one query for the live jobs, one for their attempts that have had hardware, then the
     decision in memory, by the same rules as `bill` and `enforce_limits`. Due: an attempt
     whose billable whole minutes differ from its billed ones (a minute accrued, or its end
     not yet billed), a live attempt without a meter, a job whose accrued spend is not the
     sum of its attempts' costs, or a job not yet ending whose cost or runtime limit binds.
-    Returns how many jobs it billed."""
+
+    At most `batch` jobs a pass (RECONCILE_BILLING_BATCH), most urgent first: a limit that
+    binds, then what must be settled (an ended attempt, a meter to open, a spend out of
+    step), then the jobs furthest behind. Each bill posts every whole minute owed, so a job
+    left for the next pass loses nothing: its minutes are posted a pass later, and a pass
+    stays bounded however many jobs are live. Returns how many jobs it billed."""
     now = now or timezone.now()
+    batch = settings.RECONCILE_BILLING_BATCH if batch is None else batch
     jobs = list(
         Job.objects.filter(state__in=LIVE_JOB_STATES)
         .order_by("pk")
@@ -96,26 +102,41 @@ def enforce_live_limits(now: datetime | None = None) -> int:
     )
     for attempt in rows:
         billed.setdefault(attempt.job_id, []).append(attempt)
-    due = [job.pk for job in jobs if _due(job, billed.get(job.pk, []), now)]
+    urgent = []
+    for job in jobs:
+        urgency = _urgency(job, billed.get(job.pk, []), now)
+        if urgency is not None:
+            urgent.append((urgency, job.pk))
+    due = [job_id for _, job_id in sorted(urgent)[:batch]]
     for job_id in due:
         enforce_limits(job_id)
     return len(due)
 
 
-def _due(job: Job, attempts: list[Attempt], now: datetime) -> bool:
-    """Whether `enforce_limits(job)` at `now` would write anything or end the job."""
-    accrued = 0
+BINDS, SETTLE, BEHIND = 0, 1, 2  # `_urgency`'s classes, most urgent first
+
+
+def _urgency(job: Job, attempts: list[Attempt], now: datetime) -> tuple[int, int] | None:
+    """None when `enforce_limits(job)` at `now` would write nothing and end nothing; else
+    its place in the pass's order: (BINDS, 0) a limit binds at the spend billing would
+    bring, (SETTLE, 0) an ended attempt to bill to its end, a meter to open or a spend out
+    of step, (BEHIND, -minutes) minutes accrued, the most first."""
+    behind, settle, accrued, owed = 0, False, 0, 0
     for attempt in attempts:
-        if billable_minutes(attempt, now) != attempt.billed_minutes:
-            return True
+        minutes = billable_minutes(attempt, now)
+        if minutes != attempt.billed_minutes:
+            behind += abs(minutes - attempt.billed_minutes)
+            settle = settle or attempt.ended_at is not None
         if attempt.ended_at is None and not attempt.metered:
-            return True
+            settle = True
         accrued += attempt.cost_micros
-    if accrued != job.accrued_micros:
-        return True
-    if job.state in ENDING_STATES:
-        return False
-    return _binding_limit(job, accrued, attempts, now) is not None
+        owed += minutes * attempt.price_micros_hr // 60
+    settle = settle or accrued != job.accrued_micros
+    if job.state not in ENDING_STATES and _binding_limit(job, owed, attempts, now):
+        return (BINDS, 0)
+    if settle:
+        return (SETTLE, 0)
+    return (BEHIND, -behind) if behind else None
 
 
 def _binding_limit(

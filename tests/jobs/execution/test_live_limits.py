@@ -247,3 +247,28 @@ def test_terminate_budgets_and_exhausted_balances_still_end_jobs_in_one_pass():
     assert (fine.state, fine.reason) == (JobState.RUNNING, None)
     assert {s.organization_id for s in budgets.evaluate()} == {spender.pk, broke.pk}
     assert limits.enforce_budgets() == 0  # their jobs are ending already
+
+
+def test_a_pass_bills_at_most_its_batch_most_urgent_first_and_the_rest_lose_no_minute():
+    """Three jobs due and a batch of two: the one whose cost limit binds goes first, then the
+    one furthest behind; the third is billed the next pass, every minute of it."""
+    org = OrganizationFactory()
+    near = _running(org, age=timedelta(minutes=2, seconds=10))
+    far = _running(org, age=timedelta(minutes=9, seconds=10))
+    capped = _running(org, age=timedelta(minutes=3, seconds=10), limits={"max_cost_usd": 0.03})
+
+    assert limits.enforce_live_limits(batch=2) == 2
+
+    for job in (near, far, capped):
+        job.refresh_from_db()
+    assert (capped.state, capped.reason) == (JobState.TERMINATING, "max_cost")
+    assert Attempt.objects.get(job=far).billed_minutes == 9
+    assert Attempt.objects.get(job=near).billed_minutes == 0  # left for the next pass
+    assert not Transfer.objects.filter(job=near, code="usage").exists()
+
+    _age(Attempt.objects.get(job=near), timedelta(minutes=3, seconds=10))
+    assert limits.enforce_live_limits(batch=2) == 1
+    near.refresh_from_db()
+    assert Attempt.objects.get(job=near).billed_minutes == 3
+    assert near.accrued_micros == 30_000  # all three minutes, posted once
+    assert [t.minutes_to for t in Transfer.objects.filter(job=near, code="usage")] == [3]
