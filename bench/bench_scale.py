@@ -1,0 +1,500 @@
+"""Many jobs alive at once: how far one small control plane goes on this machine (#19).
+
+The real stack runs (uvicorn web with `BENCH_SCALE_WEB_WORKERS` processes, default 1, a
+Celery worker of concurrency 2, beat) with production timings (5 s reconcile tick, 5 s
+heartbeats, `live_stack.production_stack`), on a database of its own
+(`trainyard_bench_scale`) and Redis db 9 (`BENCH_SCALE_REDIS_URL`). Two kinds of levels, one
+after the other:
+
+- **Protocol load generator** (`scale_loadgen.py`, labelled `loadgen` below): N jobs
+  submitted through the API and dispatched by the worker onto a local host provider whose
+  "runner" is a shell script that hands its token to the generator and becomes `sleep`; the
+  generator then speaks the runner protocol over HTTP for all N attempts (spec, started, a
+  line a second in batches, heartbeats, exit). Levels `BENCH_SCALE_LOADGEN` (default
+  100,1000,3000).
+- **Real runners** (`real`): N jobs whose workload prints a line a second, each run by the
+  real runner (`python -m runner`) on the local host provider. Levels `BENCH_SCALE_REAL`
+  (default 50,200,400); memory per runner is the PSS of the runner and its workload.
+
+For each level: the N submits are POSTed (8 at a time) and timed until all N jobs are
+`running` (the dispatch figure). Then, for `BENCH_SCALE_WINDOW_S` (default 30): reconcile
+pass durations (the worker's `reconcile: ... in Xs` lines), heartbeat round trips and
+ingestion lag (loadgen: from a line's print to the answer that stored it; real: a line's
+runner timestamp to the first time this script sees it stored, sampled every 0.25 s on 20
+jobs), PostgreSQL connections (pg_stat_activity, sampled each second) and event to screen
+on one of the level's job pages in Chromium (`BENCH_SCALE_EVENTS` events committed here,
+timed to the row in the DOM, as `bench_live.py` does). Then every attempt ends (loadgen:
+exit 0; real: terminate through the API) and the next level starts on an empty machine.
+Idle values come first: one attempt, heartbeating every 0.2 s, and event to screen with no
+load. A level that cannot get all its jobs running within `BENCH_SCALE_DISPATCH_TIMEOUT_S`
+(default 300) is reported as where it stops.
+
+Targets (#19, at 1,000 live attempts): reconcile p95 ≤ 2 s; heartbeat p95 ≤ 10x idle;
+ingestion lag p95 ≤ 2 s; event to screen p95 ≤ 3x idle; 1,000 submits → all running ≤ 60 s;
+reconcile p50 at 1,000 ÷ at 100 ≤ 12.
+
+    .venv/bin/python bench/bench_scale.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+BENCH_DB = "trainyard_bench_scale"
+REDIS_URL = os.environ.get("BENCH_SCALE_REDIS_URL", "redis://127.0.0.1:6379/9")
+LOADGEN_LEVELS = [
+    int(n) for n in os.environ.get("BENCH_SCALE_LOADGEN", "100,1000,3000").split(",") if n
+]
+REAL_LEVELS = [int(n) for n in os.environ.get("BENCH_SCALE_REAL", "50,200,400").split(",") if n]
+WINDOW_S = float(os.environ.get("BENCH_SCALE_WINDOW_S", 30))
+EVENTS = int(os.environ.get("BENCH_SCALE_EVENTS", 10))
+DISPATCH_TIMEOUT_S = float(os.environ.get("BENCH_SCALE_DISPATCH_TIMEOUT_S", 300))
+WEB_WORKERS = int(os.environ.get("BENCH_SCALE_WEB_WORKERS", 1))  # uvicorn --workers
+PRICE_MICROS = 10_000
+WORKLOAD = 'i=0; while :; do i=$((i+1)); echo "tick $i"; sleep 1; done'
+# Product limits a thousand submits from one organization would hit; the bench lifts them.
+STACK_ENV = {"API_REQUESTS_PER_MINUTE": "1000000", "MAX_WAITING_JOBS_PER_ORG": "100000"}
+PASS_LINE = re.compile(rb"reconcile: \{.*?\} in ([0-9.]+)s")
+LIVE = ("allocating", "provisioning", "running", "finalizing", "terminating")
+
+
+def pct(values, q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class Api:
+    def __init__(self, base: str, key: str) -> None:
+        import requests
+
+        self.base = f"{base}/api/v1/compute/jobs"
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+
+    def submit(self, name: str, command: list[str]) -> str:
+        body = {
+            "name": name,
+            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": {"image": "local", "command": command},
+        }
+        response = self.session.post(
+            self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=120
+        )
+        if response.status_code != 201:  # counted as a failed submit; the level goes on
+            return f"error {response.status_code}: {response.text[:200]}"
+        return response.json()["id"]
+
+    def terminate(self, job_id: str) -> None:
+        self.session.post(f"{self.base}/{job_id}/terminate", timeout=60)
+
+
+def count(name: str, states) -> int:
+    from apps.jobs.models import Job
+
+    return Job.objects.filter(name=name, state__in=states).count()
+
+
+def submit_all(api: Api, name: str, n: int, command: list[str]) -> tuple[float | None, list[str]]:
+    """POST n jobs 8 at a time; seconds from the first POST until all n run (None: not in
+    DISPATCH_TIMEOUT_S)."""
+    started = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: api.submit(name, command), range(n)))
+    ids = [answer for answer in answers if not answer.startswith("error ")]
+    SUBMIT_ERRORS[name] = [answer for answer in answers if answer.startswith("error ")]
+    deadline = started + DISPATCH_TIMEOUT_S
+    while count(name, ["running"]) < len(ids):
+        if time.monotonic() > deadline:
+            return None, ids
+        time.sleep(0.25)
+    return time.monotonic() - started, ids
+
+
+SUBMIT_ERRORS: dict[str, list[str]] = {}  # per level, the answers of submits that failed
+
+
+def wait_ended(name: str, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while count(name, ["requested", "preempted", *LIVE]):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"jobs {name} did not end")
+        time.sleep(0.5)
+
+
+class Sampler(threading.Thread):
+    """PostgreSQL connections each second; for real levels, ingestion lag of 20 jobs."""
+
+    def __init__(self, job_ids: list[str] | None = None) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.connections: list[int] = []
+        self.lag: list[float] = []
+        self.job_ids = (job_ids or [])[:20]
+
+    def run(self) -> None:
+        import psycopg
+        from live_stack import database_url
+
+        seen: dict[int, int] = {}
+        with psycopg.connect(database_url(BENCH_DB), autocommit=True) as conn:
+            pks = [
+                row[0]
+                for row in conn.execute(
+                    "SELECT id FROM jobs_job WHERE public_id = ANY(%s)", [self.job_ids]
+                )
+            ]
+            next_count = 0.0
+            while not self.stop.is_set():
+                now = time.time()
+                if now >= next_count:
+                    (n,) = conn.execute(
+                        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [BENCH_DB]
+                    ).fetchone()
+                    self.connections.append(n - 1)  # not this one
+                    next_count = now + 1
+                if pks:
+                    rows = conn.execute(
+                        "SELECT j.id, l.seq, l.timestamp FROM unnest(%s::bigint[]) AS j(id) "
+                        "CROSS JOIN LATERAL (SELECT seq, timestamp FROM jobs_logline "
+                        "WHERE job_id = j.id AND source = 'user' ORDER BY id DESC LIMIT 1) l",
+                        [pks],
+                    ).fetchall()
+                    seen_at = time.time()
+                    for pk, seq, stamp in rows:
+                        if seq is not None and seq != seen.get(pk):
+                            if pk in seen:  # the first look says nothing of when it came
+                                self.lag.append(seen_at - stamp.timestamp())
+                            seen[pk] = seq
+                self.stop.wait(0.25)
+
+
+def reconcile_passes(log: Path, start: int) -> list[float]:
+    return [float(m.group(1)) for m in PASS_LINE.finditer(log.read_bytes()[start:])]
+
+
+class Browser:
+    """A signed-in Chromium page, for event to screen."""
+
+    def __init__(self, base_url: str, user) -> None:
+        from bench_live import CHROMIUM, CHROMIUM_ARGS, PASSWORD
+        from playwright.sync_api import sync_playwright
+
+        self.playwright = sync_playwright().start()
+        self.browser = self.playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        self.context = self.browser.new_context(
+            base_url=base_url, viewport={"width": 1280, "height": 900}
+        )
+        self.page = self.context.new_page()
+        self.page.goto("/accounts/login/")
+        self.page.get_by_label("Username").fill(user.username)
+        self.page.get_by_label("Password").fill(PASSWORD)
+        self.page.get_by_role("button", name="Sign in").click()
+        self.page.wait_for_url(lambda url: "/accounts/login" not in url)
+        self.writer = ThreadPoolExecutor(1)
+
+    def event_to_screen(self, job_public_id: str) -> list[float]:
+        from bench_live import MARKS_JS, WATCH_JS, commit_event
+
+        from apps.jobs.models import Job
+
+        job = self.writer.submit(Job.objects.get, public_id=job_public_id).result()
+        self.page.goto(f"/o/bench-scale/jobs/{job.public_id}/")
+        self.page.locator("#live-indicator.on").wait_for(timeout=30_000)
+        self.page.evaluate(WATCH_JS)
+        out = []
+        for i in range(EVENTS + 1):
+            event_id, committed, _ = self.writer.submit(commit_event, job, i).result()
+            handle = self.page.wait_for_function(MARKS_JS, arg=f"evt-{event_id}", timeout=30_000)
+            _, dom, _ = handle.json_value()
+            out.append(dom - committed)
+        return out[1:]  # the first is a warm-up
+
+    def close(self) -> None:
+        self.writer.shutdown()
+        self.browser.close()
+        self.playwright.stop()
+
+
+class Loadgen:
+    def __init__(self, url: str, fifo: Path, heartbeat_s: float = 0.0) -> None:
+        args = [sys.executable, str(HERE / "scale_loadgen.py"), "--url", url, "--fifo", str(fifo)]
+        if heartbeat_s:
+            args += ["--heartbeat-s", str(heartbeat_s)]
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
+        )
+        assert self.proc.stdout.readline().strip() == "ready"
+
+    def command(self, what: str) -> str:
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.flush()
+        return self.proc.stdout.readline()
+
+    def finish(self) -> dict:
+        failures = json.loads(self.command("exit"))
+        self.proc.stdout.readline()  # done
+        self.proc.wait(timeout=60)
+        return failures
+
+
+def pss_mib(pid: int) -> float:
+    """PSS of `pid` and its descendants, MiB."""
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        try:
+            for line in Path(f"/proc/{current}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return total / 1024
+
+
+def setup(root: Path):
+    """An organization with credits, an API key and a member who signs in; the loadgen and
+    real providers (host runtime, one cpu offer each, room for every level)."""
+    from bench_live import PASSWORD
+
+    from apps.accounts import services
+    from apps.accounts.models import Membership, Role, User
+    from apps.billing import ledger
+    from apps.catalog.models import Accelerator, Offer
+    from apps.providers.models import Provider
+
+    org = services.organization_create(name="bench-scale", slug="bench-scale", compute_enabled=True)
+    ledger.grant(organization=org, amount_micros=10**13, idempotency_key="bench-credits")
+    _, key = services.api_key_create(organization=org, name="bench")
+    user = User.objects.create(username="bench-live", email="bench-scale@example.com")
+    user.set_password(PASSWORD)
+    user.save()
+    Membership.objects.create(user=user, organization=org, role=Role.MEMBER)
+    fifo = root / "launches"
+    os.mkfifo(fifo)
+    os.chmod(fifo, 0o666)
+    shim = root / "loadgen-runner"
+    shim.write_text(__import__("scale_loadgen").SHIM.format(fifo=fifo))
+    shim.chmod(0o755)
+    cpu = Accelerator.objects.get(name="cpu")
+    Offer.objects.update(enabled=False)
+    capacity = max([*LOADGEN_LEVELS, *REAL_LEVELS, 1]) + 10
+    for name, extra in (("loadgen", {"python": str(shim)}), ("real", {})):
+        (root / name).mkdir(mode=0o755)
+        provider = Provider.objects.create(
+            name=f"scale-{name}",
+            kind=Provider.Kind.LOCAL,
+            config={"runtime": "host", "multi_tenant": True, "work_dir": str(root / name), **extra},
+        )
+        Offer.objects.create(
+            provider=provider,
+            accelerator=cpu,
+            gpu_counts=[1],
+            capacity=capacity,
+            price_per_gpu_hour_micros=PRICE_MICROS,
+            min_price_per_gpu_hour_micros=PRICE_MICROS,
+            max_price_per_gpu_hour_micros=PRICE_MICROS,
+            enabled=False,
+        )
+    return key, user, fifo
+
+
+def route_to(name: str) -> None:
+    from apps.catalog.models import Offer
+
+    Offer.objects.update(enabled=False)
+    Offer.objects.filter(provider__name=f"scale-{name}").update(enabled=True)
+
+
+def idle(stack, api: Api, browser: Browser, fifo: Path) -> dict:
+    route_to("loadgen")
+    gen = Loadgen(stack.url, fifo, heartbeat_s=0.2)
+    _, ids = submit_all(api, "idle", 1, ["true"])
+    gen.command("mark")
+    screen = browser.event_to_screen(ids[0])
+    time.sleep(max(0.0, 10 - len(screen) * 0.1))
+    report = json.loads(gen.command("report"))
+    gen.finish()
+    wait_ended("idle")
+    return {"heartbeat": report["rtt"].get("heartbeat", []), "screen": screen}
+
+
+def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> dict:
+    name = f"{kind}-{n}"
+    route_to(kind)
+    gen = Loadgen(stack.url, fifo) if kind == "loadgen" else None
+    command = ["true"] if gen else ["sh", "-c", WORKLOAD]
+    to_running, ids = submit_all(api, name, n, command)
+    # A level whose jobs are not all running in time is still measured, with those that run.
+    result: dict = {"kind": kind, "n": n, "to_running_s": to_running}
+    result["running"] = count(name, ["running"])
+    result["submit_errors"] = len(SUBMIT_ERRORS.get(name, []))
+    if SUBMIT_ERRORS.get(name):
+        print(f"{name}: {len(SUBMIT_ERRORS[name])} submits failed, e.g. {SUBMIT_ERRORS[name][0]}")
+    worker_log = stack.procs["worker"].log
+    start = worker_log.stat().st_size
+    sampler = Sampler(ids if gen is None else None)
+    sampler.start()
+    if gen:
+        gen.command("mark")
+    began = time.monotonic()
+    try:
+        result["screen"] = browser.event_to_screen(ids[0])
+    except Exception as exc:  # the page did not load or update in time: that is a finding
+        result["screen"], result["screen_error"] = [], f"{type(exc).__name__}: {exc}"[:200]
+    time.sleep(max(0.0, WINDOW_S - (time.monotonic() - began)))
+    sampler.stop.set()
+    sampler.join()
+    result["passes"] = reconcile_passes(worker_log, start)
+    result["connections"] = sampler.connections
+    if gen:
+        report = json.loads(gen.command("report"))
+        result["heartbeat"] = report["rtt"].get("heartbeat", [])
+        result["lag"] = report["lag"]
+        result["errors"] = report["errors"]
+    else:
+        result["lag"] = sampler.lag
+        result["pss_mib_per_runner"] = runner_memory(name)
+    if gen:
+        gen.finish()
+        # A job placed again after the generator let go of it (its attempt was lost) has no
+        # one to play its runner any more: end it.
+        ids = unplayed(name)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(api.terminate, ids))
+    wait_ended(name)
+    return result
+
+
+def unplayed(name: str) -> list[str]:
+    """The level's jobs waiting for a place or a runner's start."""
+    from apps.jobs.models import Job
+
+    states = ("requested", "preempted", "allocating", "provisioning")
+    return list(Job.objects.filter(name=name, state__in=states).values_list("public_id", flat=True))
+
+
+def runner_memory(name: str) -> float | None:
+    from apps.jobs.models import Attempt
+
+    pids = [
+        h["pid"]
+        for h in Attempt.objects.filter(job__name=name, ended_at__isnull=True).values_list(
+            "handle", flat=True
+        )
+        if "pid" in h
+    ]
+    return sum(pss_mib(pid) for pid in pids) / len(pids) if pids else None
+
+
+def fmt(value, unit: str = "", scale: float = 1.0) -> str:
+    return "—" if value is None else f"{value * scale:.{0 if scale == 1000 else 2}f}{unit}"
+
+
+def report(idle_values: dict, results: list[dict]) -> None:
+    hb_idle = pct(idle_values["heartbeat"], 0.95)
+    screen_idle = pct(idle_values["screen"], 0.95)
+    print(
+        f"idle: heartbeat p95 {fmt(hb_idle, ' ms', 1000)}, event to screen p95 {screen_idle:.0f} ms"
+    )
+    head = (
+        "level            to running  reconcile p50/p95   heartbeat p95 (xidle)  "
+        "lag p95   screen p95 (xidle)  PG conns max  notes"
+    )
+    print(head, flush=True)
+    for r in results:
+        label = f"{r['kind']} {r['n']}"
+        passes = r["passes"]
+        hb = pct(r.get("heartbeat"), 0.95)
+        screen = pct(r["screen"], 0.95)
+        notes = []
+        if r["submit_errors"]:
+            notes.append(f"{r['submit_errors']} submits failed")
+        if r["to_running_s"] is None:
+            notes.append(f"only {r['running']}/{r['n']} running after {DISPATCH_TIMEOUT_S:.0f} s")
+        if r.get("pss_mib_per_runner") is not None:
+            notes.append(f"{r['pss_mib_per_runner']:.1f} MiB/runner (PSS)")
+        if r.get("errors"):
+            notes.append(f"errors {r['errors']}")
+        if r.get("screen_error"):
+            notes.append(f"job page: {r['screen_error'].splitlines()[0]}")
+        hb_text = "—" if hb is None else f"{hb * 1000:.0f} ms ({hb / hb_idle:.1f}x)"
+        screen_text = "—" if screen is None else f"{screen:.0f} ms ({screen / screen_idle:.1f}x)"
+        print(
+            f"{label:<16} {fmt(r['to_running_s'], ' s'):>10}  "
+            f"{fmt(pct(passes, 0.5), ' s')}/{fmt(pct(passes, 0.95), ' s')} ({len(passes)})  "
+            f"{hb_text:<22} {fmt(pct(r['lag'], 0.95), ' s'):<9} "
+            f"{screen_text:<19} "
+            f"{max(r['connections'], default=0):>4}         {'; '.join(notes)}"
+        )
+    by_n = {r["n"]: r for r in results if r["kind"] == "loadgen" and r.get("passes")}
+    if 100 in by_n and 1000 in by_n:
+        ratio = pct(by_n[1000]["passes"], 0.5) / pct(by_n[100]["passes"], 0.5)
+        print(f"reconcile p50 at 1,000 ÷ at 100: {ratio:.1f} (target ≤ 12)", flush=True)
+
+
+def main() -> int:
+    from live_stack import production_stack, setup_django, stop_runners
+
+    setup_django(BENCH_DB, REDIS_URL)
+    os.environ.update(STACK_ENV)
+    results: list[dict] = []
+    root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    root.chmod(0o755)  # the runners run as nobody: they must reach their shim and workdirs
+    stack = production_stack(BENCH_DB, REDIS_URL, root / "stack")
+    stack.web_workers = WEB_WORKERS
+    (root / "stack").mkdir()
+    browser = None
+    try:
+        key, user, fifo = setup(root)
+        stack.start()
+        # Playwright's sync API keeps an event loop in this thread; this script's own queries
+        # are plain blocking ones (the pushes that need async_to_sync run in Browser.writer).
+        # Set after the stack started, so its processes never see it.
+        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+        api = Api(stack.url, key)
+        browser = Browser(stack.url, user)
+        idle_values = idle(stack, api, browser, fifo)
+        print(json.dumps({"idle": idle_values}), flush=True)
+        # Each level's figures are printed as it ends (raw, then the table so far): a run
+        # cut short still says what it measured.
+        levels = [("loadgen", n) for n in LOADGEN_LEVELS] + [("real", n) for n in REAL_LEVELS]
+        for kind, n in levels:
+            last = results[-1] if results else None
+            if kind == "real" and last and last["kind"] == "real" and last["to_running_s"] is None:
+                break  # the machine holds no more real runners
+            results.append(level(stack, api, browser, fifo, kind, n))
+            print(json.dumps(results[-1]), flush=True)
+            report(idle_values, results)
+    except Exception:
+        print(stack.logs(), file=sys.stderr)
+        raise
+    finally:
+        if browser is not None:
+            browser.close()
+        stack.stop()
+        stop_runners()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

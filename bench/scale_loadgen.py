@@ -1,0 +1,267 @@
+"""A load generator that plays the runner of many attempts at once, over HTTP, for
+`bench_scale.py`. It is not the runner (`runner/`): it runs no workload; it speaks the same
+protocol (docs/runner-protocol.md) the way the runner does, for thousands of attempts from one
+asyncio process.
+
+How attempts reach it: the bench's provider is a local (host runtime) provider whose
+`python` is a small shell script (`SHIM`). Dispatch launches that script exactly as it would
+launch the runner (detached process group, token in a 0600 file); the script reads and
+deletes the token, writes `<job id> <token>` into this generator's FIFO and becomes `sleep`,
+so the backend's poll sees a live process until the attempt ends. For each such line the
+generator plays the runner:
+
+- `GET spec`, `POST started`;
+- a log line every `--line-s` seconds (`tick N`), batched as the runner batches
+  (`log_batch_max_interval_s` after a batch's first line; one batch in flight at a time,
+  so a slow answer makes the next batch bigger, as the runner's backlog does);
+- a heartbeat every `heartbeat_interval_s` (the spec's), or `--heartbeat-s`; an order to
+  terminate ends the attempt with exit 143;
+- like the runner, a new connection per request, and a 5xx or a failed connection is
+  retried with the runner's backoff (spec, started, log batches, exit; a heartbeat is
+  just sent again at its next interval), counted in `errors` each time.
+
+It records, per request kind, the round trip of every request, and for every line the time
+from its "print" to the answer that stored it (ingestion lag). Commands on stdin, one per
+line: `mark` (forget what was recorded so far), `report` (print one JSON line of what was
+recorded since the mark), `exit` (every attempt reports exit 0; prints `done` when all have).
+
+    python bench/scale_loadgen.py --url http://127.0.0.1:8000 --fifo /tmp/x/launches
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import time
+from datetime import UTC, datetime
+
+SHIM = """#!/bin/sh
+# Plays the runner's start for bench/scale_loadgen.py: hand the token over, then stay alive.
+token=$(cat "$TRAINYARD_RUNNER_TOKEN_FILE") && rm -f "$TRAINYARD_RUNNER_TOKEN_FILE"
+printf '%s %s\\n' "$TRAINYARD_JOB_ID" "$token" > {fifo}
+exec sleep 86400
+"""
+
+
+class Http:
+    """HTTP/1.1 requests on a fresh connection each (`Connection: close`), as the runner
+    makes them."""
+
+    def __init__(self, url: str) -> None:
+        rest = url.split("://", 1)[1]
+        self.host, _, port = rest.partition(":")
+        self.port = int(port or 80)
+
+    async def request(
+        self, method: str, path: str, token: str, body: bytes = b""
+    ) -> tuple[int, bytes, float]:
+        started = time.perf_counter()
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        try:
+            head = (
+                f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                f"Authorization: Bearer {token}\r\nX-Trainyard-Protocol: 1\r\n"
+                "Content-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + body)
+            await writer.drain()
+            answer = await reader.read()
+        finally:
+            writer.close()
+        status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/") else 0
+        payload = answer.partition(b"\r\n\r\n")[2]
+        if b"transfer-encoding: chunked" in answer.partition(b"\r\n\r\n")[0].lower():
+            payload = _dechunk(payload)
+        return status, payload, time.perf_counter() - started
+
+
+def _dechunk(data: bytes) -> bytes:
+    out = bytearray()
+    while data:
+        size_line, _, data = data.partition(b"\r\n")
+        size = int(size_line.split(b";")[0] or b"0", 16)
+        if size == 0:
+            break
+        out += data[:size]
+        data = data[size + 2 :]
+    return bytes(out)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.mark()
+        self.attempts = 0
+        self.running = 0
+        self.failures: dict[str, int] = {}
+
+    def mark(self) -> None:
+        self.rtt: dict[str, list[float]] = {}
+        self.lag: list[float] = []
+        self.errors: dict[str, int] = {}
+        self.since = time.time()
+
+    def round_trip(self, kind: str, seconds: float) -> None:
+        self.rtt.setdefault(kind, []).append(seconds)
+
+    def error(self, kind: str) -> None:
+        self.errors[kind] = self.errors.get(kind, 0) + 1
+        self.failures[kind] = self.failures.get(kind, 0) + 1
+
+    def report(self) -> dict:
+        return {
+            "window_s": time.time() - self.since,
+            "rtt": self.rtt,
+            "lag": self.lag,
+            "errors": self.errors,
+            "attempts": self.attempts,
+            "running": self.running,
+        }
+
+
+class Attempt:
+    """One attempt, played as the runner plays it."""
+
+    def __init__(self, http: Http, rec: Recorder, args, job_id: str, token: str) -> None:
+        self.http, self.rec, self.args = http, rec, args
+        self.token = token
+        self.base = f"/api/v1/runner/jobs/{job_id}/"
+        self.exit_code: int | None = None  # set by `exit`, or by a terminate order
+
+    async def call(self, method: str, what: str, body: object = None) -> tuple[int, bytes]:
+        data = b"" if body is None else json.dumps(body).encode()
+        try:
+            status, payload, seconds = await self.http.request(
+                method, self.base + what, self.token, data
+            )
+        except OSError:
+            self.rec.error(what)
+            return 0, b""
+        if status >= 400 or status == 0:
+            self.rec.error(what)
+        else:
+            self.rec.round_trip(what, seconds)
+        return status, payload
+
+    async def call_retrying(self, method: str, what: str, body: object = None) -> tuple[int, bytes]:
+        """`call` until the answer is neither a 5xx nor a failed connection, sleeping the
+        runner's backoff in between (0.2 s doubling to 10 s, half of it jitter)."""
+        delay = 0.2
+        while True:
+            status, payload = await self.call(method, what, body)
+            if status != 0 and status < 500:
+                return status, payload
+            await asyncio.sleep(delay / 2 + random.uniform(0, delay / 2))
+            delay = min(delay * 2, 10.0)
+
+    async def run(self) -> None:
+        self.rec.attempts += 1
+        status, payload = await self.call_retrying("GET", "spec")
+        if status != 200:
+            return
+        spec = json.loads(payload)
+        heartbeat_s = self.args.heartbeat_s or float(spec["heartbeat_interval_s"])
+        batch_s = float(spec["log_batch_max_interval_s"])
+        status, _ = await self.call_retrying("POST", "started", {})
+        if status != 200:
+            return
+        self.rec.running += 1
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        next_line = now + random.uniform(0, self.args.line_s)
+        next_beat = now + random.uniform(0, heartbeat_s)
+        seq, pending, due, sender = 0, [], None, None
+        while self.exit_code is None:
+            wake = min(next_line, next_beat, due if due is not None else next_beat)
+            await asyncio.sleep(max(0.0, wake - loop.time()))
+            now = loop.time()
+            if now >= next_line:
+                seq += 1
+                pending.append((seq, time.time()))
+                next_line += self.args.line_s
+                if due is None:
+                    due = now + batch_s
+            if due is not None and now >= due and (sender is None or sender.done()):
+                sender = asyncio.ensure_future(self.send(pending))
+                pending, due = [], None
+            if now >= next_beat:
+                next_beat += heartbeat_s
+                status, payload = await self.call("POST", "heartbeat", {})
+                if b"terminate" in payload or status == 409:
+                    self.exit_code = 143
+        if sender is not None:
+            await sender
+        if pending:
+            await self.send(pending)
+        await self.call_retrying("POST", "exit", {"exit_code": self.exit_code})
+        self.rec.running -= 1
+
+    async def send(self, lines: list[tuple[int, float]]) -> None:
+        body = {
+            "lines": [
+                {
+                    "seq": seq,
+                    "ts": datetime.fromtimestamp(printed, UTC).isoformat(),
+                    "source": "user",
+                    "stream": "stdout",
+                    "message": f"tick {seq}",
+                }
+                for seq, printed in lines
+            ]
+        }
+        status, _ = await self.call_retrying("POST", "logs", body)
+        if status == 200:
+            stored = time.time()
+            self.rec.lag.extend(stored - printed for _, printed in lines)
+
+
+async def main(args) -> None:
+    http, rec = Http(args.url), Recorder()
+    attempts: list[Attempt] = []
+    tasks: list[asyncio.Task] = []
+    loop = asyncio.get_running_loop()
+    fifo = os.open(args.fifo, os.O_RDWR | os.O_NONBLOCK)  # RDWR: never an EOF
+    buffered = bytearray()
+
+    def launched() -> None:
+        buffered.extend(os.read(fifo, 65536))
+        while b"\n" in buffered:
+            line, _, rest = bytes(buffered).partition(b"\n")
+            buffered[:] = rest
+            job_id, _, token = line.decode().partition(" ")
+            attempt = Attempt(http, rec, args, job_id, token.strip())
+            attempts.append(attempt)
+            tasks.append(asyncio.ensure_future(attempt.run()))
+
+    loop.add_reader(fifo, launched)
+    commands = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(commands), sys.stdin)
+    print("ready", flush=True)
+    while True:
+        command = (await commands.readline()).decode().strip()
+        if command == "mark":
+            rec.mark()
+            print("marked", flush=True)
+        elif command == "report":
+            print(json.dumps(rec.report()), flush=True)
+        elif command in ("exit", ""):
+            for attempt in attempts:
+                if attempt.exit_code is None:
+                    attempt.exit_code = 0
+            await asyncio.gather(*tasks, return_exceptions=True)
+            print(json.dumps({"failures": rec.failures}), flush=True)
+            print("done", flush=True)
+            return
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--fifo", required=True)
+    parser.add_argument("--line-s", type=float, default=1.0)
+    parser.add_argument("--heartbeat-s", type=float, default=0.0)
+    asyncio.run(main(parser.parse_args()))
