@@ -50,12 +50,21 @@ def archive_log(job_id: int) -> None:
     log_archive.build(job_id)
 
 
+RECONCILE_LOCK_S = 30.0
+
+
 @trainyard_task("jobs.reconcile", acks_late=False, max_retries=0)
 def reconcile() -> None:
     """One supervision pass. Beat may fire again before a slow pass ends; a Redis lock keeps
-    passes from overlapping (an overlapping one is skipped, the next tick runs)."""
+    passes from overlapping (an overlapping one is skipped, the next tick runs).
+
+    The lock expires after RECONCILE_LOCK_S: a worker killed mid-pass must not stop
+    supervision for long (a pass is bounded: one poll per provider, a billing batch). A pass
+    that outlasts it may overlap the next one, which is safe: every step re-checks its row
+    under lock."""
     client = redis.Redis.from_url(settings.REDIS_URL)
-    lock = client.lock("trainyard:reconcile", timeout=120, blocking=False)
+    timeout = max(RECONCILE_LOCK_S, 6 * settings.RECONCILE_INTERVAL_S)
+    lock = client.lock("trainyard:reconcile", timeout=timeout, blocking=False)
     if not lock.acquire():
         return
     started = time.monotonic()

@@ -207,3 +207,25 @@ def test_a_silent_runner_that_just_beat_is_not_killed(org, slots, runners, setti
     attempt.refresh_from_db()
     assert (attempt.reclaim_reason, attempt.terminate_requested_at) == ("", None)
     assert procfs.alive(attempt.handle["pid"], attempt.handle["start_ticks"])
+
+
+def test_a_pass_lock_left_by_a_killed_worker_lapses_within_thirty_seconds(settings, monkeypatch):
+    """A worker killed mid-pass never releases the pass's lock: it must lapse on its own
+    soon, or supervision (stalled launches, exits, limits) stops for as long as it holds."""
+    import redis
+
+    from apps.jobs import tasks
+
+    held_for_ms = []
+
+    def a_pass() -> dict:
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        held_for_ms.append(client.pttl("trainyard:reconcile"))
+        return {}
+
+    monkeypatch.setattr(tasks.reconcile_loop, "reconcile", a_pass)
+    settings.RECONCILE_INTERVAL_S = 5
+    tasks.reconcile()
+
+    assert len(held_for_ms) == 1
+    assert 0 < held_for_ms[0] <= 30_000
