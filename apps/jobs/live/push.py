@@ -18,6 +18,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection
 
+from apps.core.errors import NotFound
 from apps.core.live import WATCH_KEY, WATCH_TTL_S, watch_key, watched  # noqa: F401 (offered here)
 from apps.core.transactions import after_commit
 from apps.jobs.live import partials
@@ -47,7 +48,8 @@ def org_jobs_group(organization_id: int) -> str:
 def bump_live_seq(job_pk: int, *, user_lines: int = 0, system_lines: int = 0) -> int:
     """Take the job's next live sequence number (and add to its log-line counts, in the same
     statement). Call inside the write's transaction: the row stays locked until commit, so
-    numbers are taken in commit order."""
+    numbers are taken in commit order. Raises NotFound when the job is gone (deleted while
+    its lines were being written: the caller's transaction, lines and all, is undone)."""
     table = Job._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
@@ -56,7 +58,10 @@ def bump_live_seq(job_pk: int, *, user_lines: int = 0, system_lines: int = 0) ->
             "WHERE id = %s RETURNING live_seq",
             [user_lines, system_lines, job_pk],
         )
-        return cursor.fetchone()[0]
+        row = cursor.fetchone()
+    if row is None:
+        raise NotFound("The job no longer exists.")
+    return row[0]
 
 
 def push_on_commit(

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import pytest
 from django.test import Client
 
+from apps.core.errors import NotFound
 from apps.jobs import services
 from apps.jobs.events import JobEventType
 from apps.jobs.execution import dispatch
@@ -173,3 +174,19 @@ def test_whatever_else_the_database_refuses_costs_the_metrics_not_the_lines(runn
     monkeypatch.undo()
     assert runner.send('{"step": 4, "loss": 0.4}').status_code == 200
     assert runner.points() == [(4, 0.4, {})]
+
+
+
+
+def test_a_batch_for_a_job_gone_meanwhile_stores_nothing(runner):
+    # The runner was authorised, then the job's row went before its batch was written (a job
+    # with a hold in the ledger cannot be deleted; a raw DELETE could). The log table has no
+    # foreign-key constraint: ingestion itself refuses lines of a job that is not there.
+    gone = Job.objects.get(pk=runner.job.pk)
+    gone.pk = Job.objects.order_by("-pk").values_list("pk", flat=True).first() + 1000
+    line = ingestion.IncomingLine(1, datetime.now(UTC), "user", "stdout", "orphan?")
+    with pytest.raises(NotFound):
+        ingestion.ingest(attempt=runner.attempt, job=gone, lines=[line])
+    assert not LogLine.objects.filter(job_id=gone.pk).exists()
+    assert runner.send("still served").status_code == 200
+    assert runner.user_lines() == ["still served"]
