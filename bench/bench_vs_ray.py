@@ -28,6 +28,7 @@ script says so and exits 0. Targets (#20): 20 jobs ≤ 1.1 x Ray; terminate → 
 memory ≤ 0.5 x Ray.
 
     .venv/bin/python bench/bench_vs_ray.py     # BENCH_VS_RAY_REPEATS=9 for the full method
+    BENCH_VS_RAY_ONLY=lines .venv/bin/python bench/bench_vs_ray.py   # one path alone
 """
 
 from __future__ import annotations
@@ -223,8 +224,14 @@ def lines_readable(system) -> tuple[float, float]:
     start = time.perf_counter()
     text = system.read_all(job)
     reread = time.perf_counter() - start
-    lines = text.splitlines()
-    assert len(lines) >= LINES and lines.index(str(LINES)) - lines.index("1") == LINES - 1
+    workload = [line for line in text.splitlines() if line.isdigit()]
+    if workload != [str(n) for n in range(1, LINES + 1)]:
+        # Trainyard promises every line once, in order; Ray's log now and then comes back
+        # with a few lines out of place (seen here), which is noted, not held against it.
+        wrong = sum(1 for n, line in enumerate(workload, 1) if line != str(n))
+        message = f"{system.name} re-read {len(workload):,} lines, {wrong} out of place"
+        assert system.name == "Ray" and len(workload) == LINES, message
+        print(f"note: {message}", file=sys.stderr)
     return readable, reread
 
 
@@ -254,6 +261,9 @@ PATHS = {
     "terminate sleep 600 → process gone, then reported stopped": terminate_to_gone,
     "20 x sleep 1 on 2 slots → all finished": twenty_on_two_slots,
 }
+# BENCH_VS_RAY_ONLY=lines (a word of a path's name) measures that path alone.
+ONLY = os.environ.get("BENCH_VS_RAY_ONLY", "")
+PATHS = {name: measure for name, measure in PATHS.items() if ONLY in name}
 
 
 def start_ray(temp: str) -> None:
