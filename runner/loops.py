@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from runner.client import (
     ControlClient,
@@ -27,6 +29,9 @@ from runner.spool import Spool
 # A request body stays well under the 2.5 MB a Django server accepts by default
 # (DATA_UPLOAD_MAX_MEMORY_SIZE), even for a batch of 16,384-character lines.
 MAX_BATCH_BYTES = 1_000_000
+# Batches posted and not yet answered, at most: the control plane parses the next while it
+# stores one, and the runner reads the spool meanwhile.
+MAX_IN_FLIGHT = 2
 SHIPPED_POLL_S = 0.02
 THREAD_JOIN_TIMEOUT_S = 12.0  # a request in flight times out after 10 s
 
@@ -99,13 +104,40 @@ class LogSender:
         self._wake.clear()
 
     def _run(self) -> None:
-        first_seen: float | None = None
+        first_seen: float | None = None  # when the oldest line not yet sent was seen
+        window: deque[_InFlight] = deque()  # batches posted and not yet settled, in seq order
+        halt = _Halt(self._stop)
         while not self._stop.is_set():
-            pending = self.spool.pending
-            if pending <= 0:
+            # Settle the batches that were answered, oldest first: acks go in seq order.
+            while window and window[0].done.is_set():
+                head = window.popleft()
+                if head.outcome is None:
+                    self.spool.ack(head.last_seq)
+                    continue
+                # A batch was not stored: the ones after it stop retrying and are
+                # forgotten; all of them go again from the oldest line not acknowledged.
+                halt.set()
+                for later in window:
+                    later.done.wait()
+                window.clear()
+                if isinstance(head.outcome, (SupersededError, FatalError)):
+                    self.on_abort(refusal_status(head.outcome), str(head.outcome))
+                    return
+                if self._stop.is_set():
+                    return
+                if not isinstance(head.outcome, RetryStopped):  # a bug must not stop the logs
+                    log(f"sending logs failed: {head.outcome!r}")
+                    self._stop.wait(1.0)
+                halt = _Halt(self._stop)
+            sent = window[-1].last_seq if window else self.spool.acked_seq
+            unsent = self.spool.last_seq - sent
+            if unsent <= 0:
                 first_seen = None
+                if window:
+                    self._wait(1.0)  # an answer wakes it
+                    continue
                 self._idle = True
-                if self.spool.pending <= 0:  # a line may have come before _idle was set
+                if self.spool.last_seq <= sent:  # a line may have come before _idle was set
                     self._wait(1.0)
                 self._idle = False
                 continue
@@ -113,66 +145,53 @@ class LogSender:
             if first_seen is None:
                 first_seen = now
             due = first_seen + self.max_interval_s
-            if pending < self.max_lines and now < due and not self._flush:
+            if len(window) >= MAX_IN_FLIGHT:
+                self._wait(1.0)
+                continue
+            if unsent < self.max_lines and now < due and not self._flush:
                 self._wait(due - now)
                 continue
-            batches = [self.spool.unacked_raw(self.max_lines, MAX_BATCH_BYTES)]
-            if pending > len(batches[0]):
-                # A backlog: the next batch goes at once beside it, so the control plane
-                # parses one while it stores the other.
-                after = batches[0][-1][0]
-                follow = self.spool.unacked_raw(self.max_lines, MAX_BATCH_BYTES, after=after)
-                if follow:
-                    batches.append(follow)
-            outcomes = self._send(batches)
-            stored = 0
-            for batch, outcome in zip(batches, outcomes, strict=True):
-                if outcome is not None:
-                    break  # acks go in order: a later batch stored now is stored again
-                self.spool.ack(batch[-1][0])
-                stored += len(batch)
-            refused = [o for o in outcomes if isinstance(o, (SupersededError, FatalError))]
-            if refused:
-                self.on_abort(refusal_status(refused[0]), str(refused[0]))
-                return
-            if self._stop.is_set():
-                return
-            failed = [o for o in outcomes if o is not None and not isinstance(o, RetryStopped)]
-            if failed:  # a bug must not silently stop the logs
-                log(f"sending logs failed: {failed[0]!r}")
-                self._stop.wait(1.0)
-            elif stored >= pending:
+            batch = self.spool.unacked_raw(
+                self.max_lines, MAX_BATCH_BYTES, after=sent if window else None
+            )
+            if not batch:  # the spool was closed
+                self._wait(0.05)
+                continue
+            # A batch posted while another is in flight names that one's last seq: the
+            # control plane stores it after that one, so lines keep their order.
+            window.append(self._post(batch, window[-1].last_seq if window else None, halt))
+            if len(batch) >= unsent:
                 first_seen = None
-            # else: lines seen before this send are left (the batch was cut by size, or a
-            # batch was not stored); they are due already, so the next batch goes at once.
+            # else: lines seen before this send are left (the batch was cut by size); they
+            # are due already, so the next batch goes at once when the window has room.
 
-    def _send(self, batches: list[list[tuple[int, bytes]]]) -> list[BaseException | None]:
-        """Post the batches, the second (if any) in a thread of its own and marked as
-        following the first; each retries until it is answered or the sender stops. Returns
-        None for each batch stored, else what stopped it."""
-        halt = _Halt(self._stop)
+    def _post(self, batch: list[tuple[int, bytes]], follows: int | None, halt: _Halt) -> _InFlight:
+        """Post `batch` in a thread of its own, retrying until it is answered or `halt` is
+        set; the sender is woken when it is done."""
+        flight = _InFlight(last_seq=batch[-1][0])
+        lines = [raw for _, raw in batch]
 
-        def post(batch, follows=None) -> BaseException | None:
-            lines = [raw for _, raw in batch]
+        def post() -> None:
             try:
                 retrying(lambda: self.client.post_log_lines(lines, follows), stop=halt)
             except BaseException as exc:  # handed to the loop, which decides
-                halt.set()  # the other batch stops retrying: it will be sent again
-                return exc
-            return None
+                flight.outcome = exc
+            finally:
+                flight.done.set()
+                self._wake.set()
 
-        if len(batches) == 1:
-            return [post(batches[0])]
-        second: list[BaseException | None] = []
-        thread = threading.Thread(
-            target=lambda: second.append(post(batches[1], batches[0][-1][0])),
-            name="runner-sender-2",
-            daemon=True,
-        )
-        thread.start()
-        first = post(batches[0])
-        thread.join()
-        return [first, second[0] if second else RetryStopped()]
+        threading.Thread(target=post, name="runner-sender-post", daemon=True).start()
+        return flight
+
+
+@dataclass
+class _InFlight:
+    """A batch posted: the last seq it carries, and once `done`, None if it was stored or
+    what stopped it."""
+
+    last_seq: int
+    done: threading.Event = field(default_factory=threading.Event)
+    outcome: BaseException | None = None
 
 
 class _Halt:
