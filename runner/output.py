@@ -117,21 +117,17 @@ class OutputCollector:
         with self._lock:
             if self._closed:
                 return
-            ts = utc_now_iso()
-            first = self._seq + 1
-            lines = [
-                {"seq": seq, "ts": ts, "source": source, "stream": stream, "message": message}
-                for seq, message in enumerate(messages, start=first)
-            ]
             try:
-                self.spool.append_many(lines)
+                self.spool.append_messages(self._seq + 1, utc_now_iso(), source, stream, messages)
             except (OSError, ValueError) as exc:
                 before = self._lost
-                self._lost += len(lines)
+                self._lost += len(messages)
                 if before == 0 or before // 1000 != self._lost // 1000:
-                    _warn(f"could not spool {len(lines)} line(s) ({self._lost} lost so far): {exc}")
+                    _warn(
+                        f"could not spool {len(messages)} line(s) ({self._lost} lost so far): {exc}"
+                    )
                 return
-            self._seq += len(lines)
+            self._seq += len(messages)
         if self.notify is not None:
             self.notify()
 

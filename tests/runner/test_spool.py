@@ -58,6 +58,21 @@ def test_it_stores_one_json_object_per_line_as_sent(tmp_path):
     assert rows == [_line(1, "naïve 日本 \x00 {'loss': 2.31}")]
 
 
+def test_messages_sharing_a_time_are_spooled_as_the_same_json_objects(tmp_path):
+    messages = ["plain", "naïve 日本 \x00 \ud800 \"quoted\" \\ \t", "", "{'loss': 2.31}"]
+    by_dicts, by_messages = Spool(tmp_path / "dicts"), Spool(tmp_path / "messages")
+    by_dicts.append_many([_line(seq, message) for seq, message in enumerate(messages, 7)])
+    by_messages.append_messages(7, "2026-07-29T12:06:02.123456Z", "user", "stdout", messages)
+
+    assert by_messages.last_seq == by_dicts.last_seq == 10
+    assert by_messages.unacked_raw(10) == by_dicts.unacked_raw(10)
+    assert [line["message"] for line in by_messages.unacked(10)] == messages
+    by_dicts.close()
+    by_messages.close()
+    written = (tmp_path / "messages" / "spool.jsonl").read_bytes()
+    assert written == (tmp_path / "dicts" / "spool.jsonl").read_bytes()
+
+
 def test_a_new_spool_on_the_same_directory_resumes_after_the_acked_seq(tmp_path):
     spool = Spool(tmp_path)
     for seq in range(1, 11):
