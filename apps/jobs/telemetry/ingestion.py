@@ -42,7 +42,7 @@ from apps.jobs.live import push
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
 from apps.jobs.telemetry import series
 from apps.jobs.telemetry.masking import secret_masker
-from apps.jobs.telemetry.metrics import MAX_STEP, parse_metric_line
+from apps.jobs.telemetry.metrics import MAX_STEP, may_hold_metric_lines, parse_metric_line
 from runner import protocol
 
 logger = logging.getLogger(__name__)
@@ -236,11 +236,20 @@ def _seq_list(seqs: list[int]) -> str:
 def _store_parsed(job: Job, attempt: int, inserted, times, dropped: _Dropped) -> list[int]:
     """Metric points and grading events of the inserted lines, in a savepoint: whatever the
     database still refuses there costs these writes, never the lines."""
+    # Most batches hold no metric, grading or serving line: one scan of the batch's user
+    # text says so, and their lines are not looked at one by one.
+    text = "\n".join([row[2] for row in inserted if row[1] == LogLine.Source.USER])
     try:
         with transaction.atomic():
-            metric_ids = _store_metrics(job, attempt, inserted, times, dropped)
-            _record_grading(job, attempt, inserted, dropped)
-            _record_service_port(job, attempt, inserted)
+            metric_ids = (
+                _store_metrics(job, attempt, inserted, times, dropped)
+                if may_hold_metric_lines(text)
+                else []
+            )
+            if f'"{protocol.LINE_GRADING}"' in text:
+                _record_grading(job, attempt, inserted, dropped)
+            if f'"{protocol.LINE_SERVING}"' in text:
+                _record_service_port(job, attempt, inserted)
             return metric_ids
     except (DataError, IntegrityError, ValueError) as exc:
         logger.warning("metrics of a log batch of job %s not stored", job.pk, exc_info=True)

@@ -90,6 +90,13 @@ def storable_text(text: str) -> bool:
     return _UNSTORABLE.search(text) is None
 
 
+def may_hold_metric_lines(text: str) -> bool:
+    """False when no line of `text` (lines joined) can be a metric line: parse_metric_line
+    reads only a line that starts, once stripped, with `{`, `iter ` or `step `. One scan of
+    a batch spares a parse of each of its lines when none can be."""
+    return "{" in text or "iter " in text or "step " in text
+
+
 def parse_metric_line(message: str) -> ParsedMetric | None:
     """Return the metric `message` carries, or None if it is not a metric line.
 

@@ -387,3 +387,23 @@ def test_it_leaves_out_keys_the_database_cannot_store_and_names_them():
     parsed = parse_metric_line('{"loss": 1, "k\\u0000": 2, "\\ud800": 3, "ok": 4}')
     assert parsed.extra == {"ok": 4.0}
     assert parsed.dropped_keys == ("k\0", "\ud800")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "{'loss': 2.31, 'learning_rate': 0.0002, 'epoch': 0.5}",
+        '  {"step": 3, "loss": 1.5}',
+        "iter 100: loss 2.4812, time 31.2ms",
+        "step 500: train loss 1.8, val loss 1.9",
+    ],
+)
+def test_a_batch_with_a_metric_line_anywhere_is_parsed(line):
+    assert parse_metric_line(line) is not None
+    batch = "\n".join(["warming up", line, " 10%|█         | 10/100 [00:01<00:09]"])
+    assert metrics.may_hold_metric_lines(batch)
+
+
+def test_a_batch_of_plain_lines_is_known_to_hold_no_metric():
+    batch = "\n".join(["1", "Downloading shards", " 10%|█ | 10/100 [00:01<00:09, 9.5it/s]"])
+    assert not metrics.may_hold_metric_lines(batch)
