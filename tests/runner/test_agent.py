@@ -444,14 +444,14 @@ def test_a_fast_workload_delivers_100000_lines(plane, launch, tmp_path):
     print(f"runner: 100,000 lines end to end in {elapsed:.1f} s")
 
 
-def test_a_backlog_goes_two_batches_at_a_time_and_a_failed_one_is_sent_again(
+def test_a_backlog_keeps_two_batches_in_flight_and_a_failed_one_is_sent_again(
     plane, launch, tmp_path
 ):
     plane.spec = spec(
         command=[sys.executable, "-c", "for i in range(20000): print(i)"],
         log_batch_max_interval_s=5,  # only full batches go before the workload ends
     )
-    plane.log_statuses = [503]  # the first batch of the first pair fails once
+    plane.log_statuses = [503]  # the first batch fails once
 
     runner = launch(plane)
 
@@ -459,8 +459,8 @@ def test_a_backlog_goes_two_batches_at_a_time_and_a_failed_one_is_sent_again(
     lines = assert_complete(plane)  # every line once, in seq order
     user = [line["message"] for line in lines if line["source"] == "user"]
     assert user == [str(i) for i in range(20000)]
-    # The second of a pair names the last seq of the first (the line just before its own
-    # first): the control plane stores it after that one.
+    # A batch posted while another was in flight names that one's last seq (the line just
+    # before its own first): the control plane stores it after that one.
     pairs = [(follows, first) for follows, first in plane.follows if follows is not None]
     assert len(pairs) >= 5
     assert all(follows == first - 1 for follows, first in pairs)
