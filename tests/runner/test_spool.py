@@ -59,7 +59,7 @@ def test_it_stores_one_json_object_per_line_as_sent(tmp_path):
 
 
 def test_messages_sharing_a_time_are_spooled_as_the_same_json_objects(tmp_path):
-    messages = ["plain", "naïve 日本 \x00 \ud800 \"quoted\" \\ \t", "", "{'loss': 2.31}"]
+    messages = ["plain", 'naïve 日本 \x00 \ud800 "quoted" \\ \t', "", "{'loss': 2.31}"]
     by_dicts, by_messages = Spool(tmp_path / "dicts"), Spool(tmp_path / "messages")
     by_dicts.append_many([_line(seq, message) for seq, message in enumerate(messages, 7)])
     by_messages.append_messages(7, "2026-07-29T12:06:02.123456Z", "user", "stdout", messages)

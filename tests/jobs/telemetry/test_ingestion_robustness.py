@@ -176,8 +176,6 @@ def test_whatever_else_the_database_refuses_costs_the_metrics_not_the_lines(runn
     assert runner.points() == [(4, 0.4, {})]
 
 
-
-
 def test_a_batch_for_a_job_gone_meanwhile_stores_nothing(runner):
     # The runner was authorised, then the job's row went before its batch was written (a job
     # with a hold in the ledger cannot be deleted; a raw DELETE could). The log table has no
