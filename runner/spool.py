@@ -166,6 +166,8 @@ class Spool:
         self._write(data.encode("ascii"), first_seq + len(messages) - 1)
 
     def _write(self, data: bytes, last_seq: int) -> None:
+        """Append `data` (whole lines, the last of them `last_seq`) with one write(2); on
+        OSError the file is cut back to where it was. fsyncs at most every interval."""
         with self._lock:
             if self._closed:
                 raise ValueError("the spool is closed")
