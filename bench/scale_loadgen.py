@@ -14,8 +14,10 @@ generator plays the runner:
 - a log line every `--line-s` seconds (`tick N`), batched as the runner batches
   (`log_batch_max_interval_s` after a batch's first line; one batch in flight at a time,
   so a slow answer makes the next batch bigger, as the runner's backlog does);
-- a heartbeat every `heartbeat_interval_s` (the spec's), or `--heartbeat-s`; an order to
-  terminate ends the attempt with exit 143;
+- a heartbeat every `heartbeat_interval_s` (the spec's), or `--heartbeat-s`, put off
+  while log batches are answered with an order (each such answer is a heartbeat's), as
+  the runner does; `--always-heartbeat` beats on schedule regardless, as runners did
+  before; an order to terminate, in either answer, ends the attempt with exit 143;
 - like the runner, a new connection per request, and a 5xx or a failed connection is
   retried with the runner's backoff (spec, started, log batches, exit; a heartbeat is
   just sent again at its next interval), counted in `errors` each time.
@@ -131,6 +133,7 @@ class Attempt:
         self.token = token
         self.base = f"/api/v1/runner/jobs/{job_id}/"
         self.exit_code: int | None = None  # set by `exit`, or by a terminate order
+        self.heard_at = float("-inf")  # when a batch's answer last carried an order
 
     async def call(self, method: str, what: str, body: object = None) -> tuple[int, bytes]:
         data = b"" if body is None else json.dumps(body).encode()
@@ -189,7 +192,11 @@ class Attempt:
                 sender = asyncio.ensure_future(self.send(pending))
                 pending, due = [], None
             if now >= next_beat:
-                next_beat += heartbeat_s
+                heard = self.heard_at + heartbeat_s
+                if heard > now and not self.args.always_heartbeat:
+                    next_beat = heard  # a batch's answer stood in for this heartbeat
+                    continue
+                next_beat = now + heartbeat_s
                 status, payload = await self.call("POST", "heartbeat", {})
                 if b"terminate" in payload or status == 409:
                     self.exit_code = 143
@@ -213,10 +220,14 @@ class Attempt:
                 for seq, printed in lines
             ]
         }
-        status, _ = await self.call_retrying("POST", "logs", body)
+        status, payload = await self.call_retrying("POST", "logs", body)
         if status == 200:
             stored = time.time()
             self.rec.lag.extend(stored - printed for _, printed in lines)
+            if b'"order"' in payload:
+                self.heard_at = asyncio.get_running_loop().time()
+                if b"terminate" in payload:
+                    self.exit_code = 143
 
 
 async def main(args) -> None:
@@ -264,4 +275,5 @@ if __name__ == "__main__":
     parser.add_argument("--fifo", required=True)
     parser.add_argument("--line-s", type=float, default=1.0)
     parser.add_argument("--heartbeat-s", type=float, default=0.0)
+    parser.add_argument("--always-heartbeat", action="store_true")
     asyncio.run(main(parser.parse_args()))

@@ -340,6 +340,9 @@ LAUNCH_STALL_S = env_float("LAUNCH_STALL_S", 15.0)
 DISPATCH_MAX_DELIVERIES = env_int("DISPATCH_MAX_DELIVERIES", 5)
 LOG_BATCH_MAX_LINES = env_int("LOG_BATCH_MAX_LINES", 5000)  # the most a batch may carry
 LOG_BATCH_MAX_INTERVAL_S = env_float("LOG_BATCH_MAX_INTERVAL_S", 0.25)
+# Runners gzip a log batch whose body is at least this many bytes (`Content-Encoding: gzip`,
+# the spec's `log_gzip_min_bytes`); 0 compresses every batch, a negative value none.
+LOG_GZIP_MIN_BYTES = env_int("LOG_GZIP_MIN_BYTES", 32 * 1024)
 # Accounted time runs this many times faster than the wall clock: runtime limits and
 # per-minute billing use it. 1 in production; tests shorten minutes to seconds with 60.
 TRAINYARD_CLOCK_SCALE = env_float("TRAINYARD_CLOCK_SCALE", 1.0)

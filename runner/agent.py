@@ -156,6 +156,11 @@ class Runner:
             self._abort = (status, reason)
             log(f"stopping: {reason}")
 
+    def _batch_answered(self, answer: dict) -> None:
+        heartbeat = self.heartbeat
+        if heartbeat is not None:
+            heartbeat.heard(answer)
+
     def order(self, order: str) -> None:
         if order == ORDER_TERMINATE:
             self._terminate_requested = True
@@ -252,6 +257,8 @@ class Runner:
             max_lines=spec.log_batch_max_lines,
             max_interval_s=spec.log_batch_max_interval_s,
             on_abort=self.abort,
+            gzip_min_bytes=spec.log_gzip_min_bytes,
+            on_answer=self._batch_answered,
         )
         self.sender = sender
         collector = OutputCollector(self.spool, Masker(spec.mask), notify=sender.notify)

@@ -33,6 +33,7 @@ hashes and stores a whole upload before it answers.
 from __future__ import annotations
 
 import enum
+import gzip
 import http.client
 import json
 import os
@@ -281,14 +282,23 @@ class ControlClient:
     def post_started(self, pid: int, resumed_from_step: int | None = None) -> dict:
         return self.request("POST", "started", {"pid": pid, "resumed_from_step": resumed_from_step})
 
-    def post_log_lines(self, lines: list[bytes], follows: int | None = None) -> dict:
+    def post_log_lines(
+        self, lines: list[bytes], follows: int | None = None, gzip_min_bytes: int | None = None
+    ) -> dict:
         """POST a batch of lines given as the spool holds them (ASCII JSON objects), joined
         into the body as they are: no line is parsed or serialised again. `follows`: the
         last seq of a batch that may still be in flight (the control plane stores this one
-        after it, so lines keep their order)."""
+        after it, so lines keep their order). A body of at least `gzip_min_bytes` goes
+        gzipped (`Content-Encoding: gzip`, the fastest level: log text shrinks several
+        times even so); None sends every body as it is."""
         head = b'{"lines":[' if follows is None else b'{"follows":%d,"lines":[' % follows
         data = head + b",".join(lines) + b"]}"
+        compress = gzip_min_bytes is not None and len(data) >= gzip_min_bytes
+        if compress:
+            data = gzip.compress(data, compresslevel=1, mtime=0)
         req = self._request_object("POST", self.base + "logs", data, "application/json")
+        if compress:
+            req.add_header("Content-Encoding", "gzip")
         return self._json_answer(req, "POST logs", self.timeout)
 
     def post_heartbeat(self, last_seq: int) -> dict:

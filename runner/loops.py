@@ -38,11 +38,13 @@ THREAD_JOIN_TIMEOUT_S = 12.0  # a request in flight times out after 10 s
 
 class LogSender:
     """Ships spooled lines: a batch holds at most `max_lines` (and `MAX_BATCH_BYTES` of
-    JSON) and goes when it is full or `max_interval_s` after its first line was seen;
+    JSON) and goes when it is full or `max_interval_s` after its first line was seen
+    (gzipped from `gzip_min_bytes`, when the control plane asked for that);
     `flush_now()` sends without waiting. A line is acknowledged in the spool only after the
     control plane answered 200 for its batch.
 
-    Retries forever until `stop()`; a refusal calls `on_abort(exit_status, reason)`.
+    Retries forever until `stop()`; a refusal calls `on_abort(exit_status, reason)`; every
+    batch's answer goes to `on_answer` (it carries the runner's order, like a heartbeat's).
     """
 
     def __init__(
@@ -53,11 +55,15 @@ class LogSender:
         max_lines: int,
         max_interval_s: float,
         on_abort: Callable[[int, str], None],
+        gzip_min_bytes: int | None = None,
+        on_answer: Callable[[dict], None] | None = None,
     ) -> None:
         self.client = client
         self.spool = spool
         self.max_lines = max_lines
         self.max_interval_s = max_interval_s
+        self.gzip_min_bytes = gzip_min_bytes
+        self.on_answer = on_answer
         self.on_abort = on_abort
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -173,7 +179,12 @@ class LogSender:
 
         def post() -> None:
             try:
-                retrying(lambda: self.client.post_log_lines(lines, follows), stop=halt)
+                answer = retrying(
+                    lambda: self.client.post_log_lines(lines, follows, self.gzip_min_bytes),
+                    stop=halt,
+                )
+                if self.on_answer is not None:
+                    self.on_answer(answer)
             except BaseException as exc:  # handed to the loop, which decides
                 flight.outcome = exc
             finally:
@@ -216,7 +227,12 @@ class _Halt:
 
 class Heartbeat:
     """Posts `started` once, then a heartbeat every `interval_s`; hands each answer's
-    order to `on_order`. Retries forever until `stop()`; a refusal calls `on_abort`."""
+    order to `on_order`. Retries forever until `stop()`; a refusal calls `on_abort`.
+
+    A log batch's answer that carries an order is a heartbeat answer too (`heard`): the
+    control plane counted the batch as a heartbeat, so no heartbeat is posted until
+    `interval_s` has passed since the last one of either. A busy workload's runner then
+    sends its batches and nothing else; a quiet one still beats every `interval_s`."""
 
     def __init__(
         self,
@@ -237,6 +253,7 @@ class Heartbeat:
         self.on_order = on_order
         self.on_abort = on_abort
         self.started_acked = False
+        self._last_heard = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runner-heartbeat", daemon=True)
 
@@ -255,8 +272,11 @@ class Heartbeat:
                 stop=self._stop,
             )
             self.started_acked = True
+            self._heard_now()
             self._obey(answer)
-            while not self._stop.wait(self.interval_s):
+            while not self._stop.wait(self._until_due()):
+                if self._until_due() > 0:  # a batch's answer came meanwhile
+                    continue
                 try:
                     answer = retrying(
                         lambda: self.client.post_heartbeat(self.last_seq()), stop=self._stop
@@ -266,11 +286,27 @@ class Heartbeat:
                 except Exception as exc:  # a bug must not stop the heartbeats
                     log(f"heartbeat failed: {exc!r}")
                     continue
+                self._heard_now()
                 self._obey(answer)
         except RetryStopped:
             return
         except (SupersededError, FatalError) as exc:
             self.on_abort(refusal_status(exc), str(exc))
+
+    def heard(self, answer: dict) -> None:
+        """A log batch was answered with `answer`: when it carries an order (the control
+        plane counted the batch as a heartbeat), obey it and put the next heartbeat off."""
+        if "order" not in answer or self._stop.is_set():  # an older control plane, or done
+            return
+        if self.started_acked:
+            self._heard_now()
+        self._obey(answer)
+
+    def _heard_now(self) -> None:
+        self._last_heard = time.monotonic()
+
+    def _until_due(self) -> float:
+        return max(0.0, self._last_heard + self.interval_s - time.monotonic())
 
     def _obey(self, answer: dict) -> None:
         order = answer.get("order", ORDER_CONTINUE)

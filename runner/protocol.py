@@ -180,6 +180,7 @@ class SpecResponse(TypedDict, total=False):
     heartbeat_interval_s: float
     log_batch_max_lines: int
     log_batch_max_interval_s: float
+    log_gzip_min_bytes: int | None  # absent from older control planes: never gzip
     terminate_grace_s: float
     final_flush_timeout_s: float
     resume_from: ResumeFrom | None
@@ -224,11 +225,13 @@ class LogBatch(TypedDict):
     lines: list[LogLine]
 
 
-class LogsAnswer(TypedDict):
-    """The answer of `POST logs`."""
+class LogsAnswer(TypedDict, total=False):
+    """The answer of `POST logs`. `order` is the runner's order, as a heartbeat answer
+    carries it: the batch counted as a heartbeat (absent from older control planes)."""
 
     accepted: int
     duplicates: int
+    order: str
 
 
 class Exit(TypedDict):

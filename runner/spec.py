@@ -28,6 +28,9 @@ class JobSpec:
     heartbeat_interval_s: float = 5.0
     log_batch_max_lines: int = 1000
     log_batch_max_interval_s: float = 0.25
+    # Gzip a log batch of at least this many bytes; None (an older control plane, which
+    # reads no compressed body, or one that asks for none): never.
+    log_gzip_min_bytes: int | None = None
     terminate_grace_s: float = 10.0
     final_flush_timeout_s: float = 600.0
     resume_from: Any = None  # checked by runner.artifacts.fetch_resume
@@ -65,6 +68,7 @@ class JobSpec:
         number("log_batch_max_interval_s", float, 0)
         number("terminate_grace_s", float, 0)
         number("final_flush_timeout_s", float, 0)
+        number("log_gzip_min_bytes", int, 0)
         spec.resume_from = data.get("resume_from")
         spec.inputs = data.get("inputs") or None
         spec.workdir = data.get("workdir")

@@ -56,5 +56,11 @@ class PayloadTooLarge(ApiError):
     default_detail = "The request body is larger than this server accepts."
 
 
+class UnsupportedEncoding(ApiError):
+    status_code = status.HTTP_415_UNSUPPORTED_MEDIA_TYPE
+    error_type = "unsupported_media_type"
+    default_detail = "The request body's Content-Encoding is not one this server reads."
+
+
 class Retryable(Exception):
     """A transient failure: the same call may succeed later, so a task retries it."""

@@ -70,6 +70,22 @@ def test_started_heartbeat_and_exit_round_trip_with_the_protocols_orders(runner_
     )
 
 
+def test_a_log_batchs_answer_carries_the_order_as_a_heartbeats_does(runner_client):
+    def batch(seq: int):
+        line = {"seq": seq, "ts": "2026-12-03T12:00:00Z", "source": "user", "stream": "stdout"}
+        body = {"lines": [{**line, "message": f"line {seq}"}]}
+        return runner_client.post(runner_client.base + "logs", body, "application/json")
+
+    runner_client.post(runner_client.base + "started", {}, "application/json")
+    first = batch(1)
+    services.job_terminate(job=Job.objects.get(pk=runner_client.job.pk), reason="cancelled")
+    second = batch(2)
+
+    assert set(first.json()) == set(get_type_hints(protocol.LogsAnswer))
+    assert first.json() == {"accepted": 1, "duplicates": 0, "order": protocol.Order.CONTINUE}
+    assert second.json() == {"accepted": 1, "duplicates": 0, "order": protocol.Order.TERMINATE}
+
+
 def test_a_runner_started_by_an_older_control_plane_sends_no_version_and_is_served(
     runner_client,
 ):

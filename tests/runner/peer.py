@@ -9,6 +9,7 @@ sockets.
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
@@ -23,7 +24,8 @@ Handler = Callable[[str, str, dict, Any], "tuple[int, Any]"]
 class HttpServer:
     """Serves `handler(method, path, headers, json_body) -> (status, json_answer)`.
 
-    A body that is not `application/json` reaches the handler as raw bytes; an answer that is
+    A JSON body sent gzipped (`Content-Encoding: gzip`) is unpacked first; a body that is
+    not `application/json` reaches the handler as raw bytes; an answer that is
     `bytes` goes out as it is (`application/octet-stream`).
 
     `stop()` closes the listening socket (connections are then refused); `start()` again
@@ -49,6 +51,8 @@ class HttpServer:
                 raw = self.rfile.read(length) if length else b""
                 content_type = self.headers.get("Content-Type") or "application/json"
                 if content_type.startswith("application/json"):
+                    if self.headers.get("Content-Encoding") == "gzip":
+                        raw = gzip.decompress(raw)
                     body = json.loads(raw) if raw else None
                 else:
                     body = raw
@@ -108,9 +112,13 @@ class ControlPlane:
         self.lines: dict[int, dict] = {}
         self.receipts: dict[int, int] = {}
         self.batches: list[int] = []  # lines per batch
-        self.batch_bytes: list[int] = []
+        self.batch_bytes: list[int] = []  # as sent: compressed when it went gzipped
+        self.batch_encodings: list[str | None] = []  # each batch's Content-Encoding
         self.follows: list[tuple[int | None, int]] = []  # each batch's (`follows`, first seq)
         self.log_statuses: list[int] = []  # answers for the next log batches, in turn
+        # The order a batch's answer carries, as today's control plane does; None answers
+        # as an older one did, with no order.
+        self.batch_order: str | None = None
         self.spec_fetches = 0
         self.started: list[dict] = []
         self.heartbeats: list[dict] = []
@@ -163,6 +171,7 @@ class ControlPlane:
                 self.follows.append((body.get("follows"), body["lines"][0]["seq"]))
                 self.batches.append(len(body["lines"]))
                 self.batch_bytes.append(int(headers.get("Content-Length", 0)))
+                self.batch_encodings.append(headers.get("Content-Encoding"))
                 for line in body["lines"]:
                     self.receipts[line["seq"]] = self.receipts.get(line["seq"], 0) + 1
                     if line["seq"] in self.lines:
@@ -170,7 +179,10 @@ class ControlPlane:
                     else:
                         self.lines[line["seq"]] = line
                         accepted += 1
-                return 200, {"accepted": accepted, "duplicates": duplicates}
+                answer = {"accepted": accepted, "duplicates": duplicates}
+                if self.batch_order is not None:
+                    answer["order"] = self.batch_order
+                return 200, answer
             if (method, endpoint) == ("POST", "heartbeat"):
                 self.heartbeats.append(body)
                 if self.heartbeat_status is not None:

@@ -255,6 +255,57 @@ def test_a_terminate_order_stops_the_whole_group_and_reports_143(plane, launch, 
     assert "terminating: sending SIGTERM to the workload" in plane.messages("system")
 
 
+TICKING = [
+    sys.executable,
+    "-c",
+    "import time\nfor i in range(60):\n    print(i, flush=True)\n    time.sleep(0.03)",
+]
+
+
+@pytest.mark.parametrize(
+    ("batch_order", "most", "least"),
+    [
+        pytest.param("continue", 2, 0, id="answers-with-an-order"),
+        pytest.param(None, 100, 5, id="an-older-control-plane"),
+    ],
+)
+def test_batches_answered_with_an_order_stand_in_for_heartbeats(
+    plane, launch, tmp_path, batch_order, most, least
+):
+    # A line every 30 ms for about two seconds, a batch every 50 ms, heartbeats due every
+    # 200 ms: about ten heartbeats, unless the batches' answers count as heartbeats.
+    plane.spec = spec(command=TICKING)
+    plane.batch_order = batch_order
+
+    runner = launch(plane)
+
+    assert runner.wait(30) == 0, _runner_log(tmp_path)
+    assert len(assert_complete(plane)) > 60
+    assert least <= len(plane.heartbeats) <= most
+
+
+def test_a_terminate_in_a_batchs_answer_stops_the_workload(plane, launch, tmp_path):
+    plane.spec = spec(
+        command=[
+            sys.executable,
+            "-c",
+            "import time\nwhile True: print('busy', flush=True); time.sleep(0.05)",
+        ],
+        heartbeat_interval_s=60,  # no heartbeat would come in time: only a batch's answer
+    )
+    plane.batch_order = "continue"
+    runner = launch(plane)
+    plane.wait_for(lambda: len(plane.messages("user")) >= 5)
+
+    plane.batch_order = "terminate"
+
+    assert runner.wait(GRACE_S + 5) == 0, _runner_log(tmp_path)
+    assert_complete(plane)
+    assert plane.exits[0]["exit_code"] == 143
+    assert plane.heartbeats == []
+    assert "terminating: sending SIGTERM to the workload" in plane.messages("system")
+
+
 def test_a_workload_that_ignores_sigterm_is_killed_after_the_grace(plane, launch, tmp_path):
     plane.spec = spec(
         command=[
@@ -465,6 +516,34 @@ def test_a_backlog_keeps_two_batches_in_flight_and_a_failed_one_is_sent_again(
     assert len(pairs) >= 5
     assert all(follows == first - 1 for follows, first in pairs)
     assert max(plane.batches) <= 1000
+
+
+def test_batches_go_gzipped_only_when_the_spec_asks_for_it(plane, launch, tmp_path):
+    workload = [sys.executable, "-c", "for i in range(20000): print(i)"]
+    plane.spec = spec(command=workload, log_gzip_min_bytes=4096)
+
+    runner = launch(plane)
+
+    assert runner.wait(60) == 0, _runner_log(tmp_path)
+    lines = assert_complete(plane)
+    assert [line["message"] for line in lines if line["source"] == "user"] == [
+        str(i) for i in range(20000)
+    ]
+    # A batch of a thousand lines is some 70 kB of JSON: over the threshold.
+    big = [
+        enc for enc, size in zip(plane.batch_encodings, plane.batches, strict=True) if size >= 1000
+    ]
+    assert big and set(big) == {"gzip"}
+
+
+def test_a_spec_without_a_gzip_threshold_gets_plain_batches(plane, launch, tmp_path):
+    plane.spec = spec(command=[sys.executable, "-c", "for i in range(20000): print(i)"])
+
+    runner = launch(plane)
+
+    assert runner.wait(60) == 0, _runner_log(tmp_path)
+    assert len(assert_complete(plane)) > 20000
+    assert set(plane.batch_encodings) == {None}
 
 
 def test_sigterm_while_the_spec_cannot_be_fetched_exits_without_starting(plane, launch, tmp_path):

@@ -183,3 +183,26 @@ def test_retry_stops_when_told_to():
         call_with_retry(lambda: client.post_heartbeat(1), should_stop=stop.is_set, sleep=stop.wait)
 
     assert time.monotonic() - started < 1.0
+
+
+def test_a_log_batch_from_the_threshold_on_goes_gzipped(server):
+    client = ControlClient(server.url, JOB, TOKEN)
+    small = [b'{"seq":1,"message":"short"}']
+    big = [b'{"seq":%d,"message":"loss 0.%04d"}' % (n, n) for n in range(1, 2001)]
+
+    client.post_log_lines(small, gzip_min_bytes=1024)
+    client.post_log_lines(big, follows=7, gzip_min_bytes=1024)
+    client.post_log_lines(big)  # no threshold (an older control plane): never gzipped
+
+    (_, _, small_headers, small_body), (_, _, big_headers, big_body), (_, _, plain_headers, _) = (
+        server.seen
+    )
+    assert "Content-Encoding" not in small_headers
+    assert small_body == {"lines": [{"seq": 1, "message": "short"}]}
+    assert big_headers["Content-Encoding"] == "gzip"
+    assert big_headers["Content-Type"] == "application/json"
+    assert big_body["follows"] == 7
+    assert [line["seq"] for line in big_body["lines"]] == list(range(1, 2001))
+    # What went over the wire is the compressed body, several times smaller.
+    assert int(big_headers["Content-Length"]) * 4 < int(plain_headers["Content-Length"])
+    assert "Content-Encoding" not in plain_headers

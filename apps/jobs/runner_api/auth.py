@@ -24,6 +24,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from apps.core.api_errors import body_too_large, error_body, nested_too_deep
+from apps.core.content_encoding import decoded_body
 from apps.core.errors import ApiError, InvalidRequest
 from apps.jobs.execution.attempts import AttemptSuperseded
 from apps.jobs.execution.tokens import nonce_from
@@ -107,6 +108,8 @@ def runner_endpoint(view: Callable) -> Callable:
 def json_body(request: HttpRequest) -> object:
     """The request's JSON body. A body over DATA_UPLOAD_MAX_MEMORY_SIZE is a 413
     `payload_too_large`, one that is not JSON or is nested too deeply to read a 400.
+    A body sent with `Content-Encoding: gzip` (a runner's bigger log batches) is unpacked
+    first, to at most DATA_UPLOAD_MAX_MEMORY_SIZE (`apps.core.content_encoding`).
 
     orjson reads it first (a log batch is the hottest body there is, and orjson reads it
     several times faster); whatever orjson refuses (a lone surrogate escape, an integer past
@@ -116,6 +119,8 @@ def json_body(request: HttpRequest) -> object:
         raw = request.body or b"{}"
     except RequestDataTooBig as exc:
         raise body_too_large() from exc
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE or settings.REQUEST_MAX_BYTES
+    raw = decoded_body(raw, request.headers.get("Content-Encoding"), limit)
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:

@@ -86,6 +86,9 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
             "heartbeat_interval_s": settings.HEARTBEAT_INTERVAL_S,
             "log_batch_max_lines": settings.LOG_BATCH_MAX_LINES,
             "log_batch_max_interval_s": settings.LOG_BATCH_MAX_INTERVAL_S,
+            "log_gzip_min_bytes": (
+                settings.LOG_GZIP_MIN_BYTES if settings.LOG_GZIP_MIN_BYTES >= 0 else None
+            ),
             "terminate_grace_s": settings.TERMINATE_GRACE_S,
             "final_flush_timeout_s": 600,
             "resume_from": store.resume_from(job),

@@ -2,7 +2,9 @@
 stored once per sequence number, so a batch sent twice is counted once. A batch marked
 `follows: N` was sent while the batch ending at seq N may still be in flight: it waits
 (briefly) for that one to be stored first, so ids keep the order of seqs. A batch served
-counts as the runner's heartbeat (`supervision.runner_heard`)."""
+counts as the runner's heartbeat (`supervision.runner_heard`), and its answer carries the
+runner's order as a heartbeat's does, so a runner that is sending batches need not also send
+heartbeats."""
 
 from __future__ import annotations
 
@@ -25,4 +27,10 @@ def logs(request: HttpRequest, attempt: Attempt) -> JsonResponse:
         ingestion.wait_for_predecessor(job_id=attempt.job_id, attempt=attempt.number, seq=follows)
     result = ingestion.ingest(attempt=attempt, job=attempt.job, lines=lines)
     supervision.runner_heard(attempt)  # a stored batch is a heartbeat too
-    return JsonResponse({"accepted": result.accepted, "duplicates": result.duplicates})
+    return JsonResponse(
+        {
+            "accepted": result.accepted,
+            "duplicates": result.duplicates,
+            "order": supervision.order_for(attempt.job, attempt),
+        }
+    )

@@ -121,9 +121,13 @@ def test_a_batch_that_follows_one_in_flight_is_stored_after_it(org):
     second.start()
     time.sleep(0.2)  # the second is waiting for seq 5
     assert "second" not in answers
-    assert runner.post("logs", _batch(range(1, 6))).json() == {"accepted": 5, "duplicates": 0}
+    assert runner.post("logs", _batch(range(1, 6))).json() == {
+        "accepted": 5,
+        "duplicates": 0,
+        "order": "continue",
+    }
     second.join(10)
-    assert answers["second"].json() == {"accepted": 5, "duplicates": 0}
+    assert answers["second"].json() == {"accepted": 5, "duplicates": 0, "order": "continue"}
     by_id = LogLine.objects.filter(job=runner.job, seq__isnull=False).order_by("id")
     assert list(by_id.values_list("seq", flat=True)) == list(range(1, 11))
 
@@ -133,7 +137,7 @@ def test_a_batch_whose_predecessor_never_comes_is_stored_after_a_bounded_wait(or
     runner = _allocated(org)
     started = time.monotonic()
     answer = runner.post("logs", _batch(range(6, 8), follows=5))
-    assert answer.json() == {"accepted": 2, "duplicates": 0}
+    assert answer.json() == {"accepted": 2, "duplicates": 0, "order": "continue"}
     assert time.monotonic() - started < 2
 
 
@@ -202,10 +206,22 @@ def test_a_retried_batch_is_stored_once_and_counts_stay_exact(org):
             _line(3, "boot", source="system"),
         ]
     }
-    assert runner.post("logs", batch).json() == {"accepted": 3, "duplicates": 0}
-    assert runner.post("logs", batch).json() == {"accepted": 0, "duplicates": 3}
+    assert runner.post("logs", batch).json() == {
+        "accepted": 3,
+        "duplicates": 0,
+        "order": "continue",
+    }
+    assert runner.post("logs", batch).json() == {
+        "accepted": 0,
+        "duplicates": 3,
+        "order": "continue",
+    }
     overlap = {"lines": [_line(3, "boot", source="system"), _line(4, "four")]}
-    assert runner.post("logs", overlap).json() == {"accepted": 1, "duplicates": 1}
+    assert runner.post("logs", overlap).json() == {
+        "accepted": 1,
+        "duplicates": 1,
+        "order": "continue",
+    }
     job = Job.objects.get(pk=runner.job.pk)
     assert (job.user_log_lines, job.system_log_lines) == (3, 2)  # + the allocation line
     stored = list(

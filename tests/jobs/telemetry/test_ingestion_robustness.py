@@ -86,7 +86,7 @@ def _accepts_then_keeps_going(runner: Runner, *bad: str) -> None:
     """The bad batch is a 200 with every line stored, and a good batch after it lands."""
     response = runner.send("before", *bad, "after")
     assert response.status_code == 200, response.content
-    assert response.json() == {"accepted": len(bad) + 2, "duplicates": 0}
+    assert response.json() == {"accepted": len(bad) + 2, "duplicates": 0, "order": "continue"}
     assert runner.user_lines() == ["before", *bad, "after"]
     good = runner.send('{"step": 5, "loss": 0.5}')
     assert good.status_code == 200
@@ -165,7 +165,7 @@ def test_whatever_else_the_database_refuses_costs_the_metrics_not_the_lines(runn
     monkeypatch.setattr(ingestion, "parse_metric_line", lambda message: unchecked)
     response = runner.send("{'loss': 1.0}", '{"type": "grading", "passed": true}')
     assert response.status_code == 200
-    assert response.json() == {"accepted": 2, "duplicates": 0}
+    assert response.json() == {"accepted": 2, "duplicates": 0, "order": "continue"}
     assert len(runner.user_lines()) == 2
     assert runner.points() == []
     assert not JobEvent.objects.filter(job=runner.job, type=JobEventType.GRADING).exists()
