@@ -261,6 +261,22 @@ class Loadgen:
         return failures
 
 
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of a process group."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # after the name: state, ppid, pgrp, ..., utime, stime
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def pss_mib(pid: int) -> float:
     """PSS of `pid` and its descendants, MiB."""
     total, todo = 0, [pid]
@@ -362,6 +378,8 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
     sampler.start()
     if gen:
         gen.command("mark")
+    web_pgid = stack.procs["web"].popen.pid
+    web_cpu_before = group_cpu_s(web_pgid)
     began = time.monotonic()
     try:
         result["screen"] = browser.event_to_screen(ids[0])
@@ -372,11 +390,13 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
     sampler.join()
     result["passes"] = reconcile_passes(worker_log, start)
     result["connections"] = sampler.connections
+    web_cpu = group_cpu_s(web_pgid) - web_cpu_before
     if gen:
         report = json.loads(gen.command("report"))
+        requests = sum(len(times) for times in report["rtt"].values())
+        result["web_cpu_ms_per_request"] = 1000 * web_cpu / max(1, requests)
         result["heartbeat"] = report["rtt"].get("heartbeat", [])
         result["batch_rtt"] = report["rtt"].get("logs", [])
-        requests = sum(len(times) for times in report["rtt"].values())
         result["requests_per_attempt_s"] = requests / max(1, n) / report["window_s"]
         result["lag"] = report["lag"]
         result["errors"] = report["errors"]
@@ -446,7 +466,8 @@ def report(idle_values: dict, results: list[dict]) -> None:
             notes.append(
                 f"{len(r['heartbeat'])} heartbeats, batch p95 "
                 f"{fmt(pct(r['batch_rtt'], 0.95), ' ms', 1000)}, "
-                f"{r['requests_per_attempt_s']:.2f} requests/s per attempt"
+                f"{r['requests_per_attempt_s']:.2f} requests/s per attempt, "
+                f"web CPU {r['web_cpu_ms_per_request']:.1f} ms per request"
             )
         if r.get("errors"):
             notes.append(f"errors {r['errors']}")

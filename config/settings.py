@@ -60,7 +60,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "apps.core.middleware.ApiJsonErrorsMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "apps.core.static_files.StaticFilesMiddleware",  # WhiteNoise, async as well
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -68,6 +68,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "apps.core.middleware.SyncChainMiddleware",  # last: the chain runs sync (see it)
 ]
 
 ROOT_URLCONF = "config.urls"

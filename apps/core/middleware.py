@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.db import OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
@@ -36,18 +37,25 @@ OVERLOADED_RETRY_AFTER_S = 1
 
 
 class ApiJsonErrorsMiddleware:
+    """Sync and async: under ASGI the chain stays async from here to the view, so a request
+    crosses to a thread once (for the view) rather than three times."""
+
+    sync_capable = True
+    async_capable = True
+
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
-        if (
-            response.status_code < 400
-            or not is_api_path(request.path)
-            or response.get("Content-Type", "").startswith("application/json")
-        ):
-            return response
-        return json_error(response)
+        if self.is_async:
+            return self._acall(request)
+        return _as_json_error(request, self.get_response(request))
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        return _as_json_error(request, await self.get_response(request))
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not is_api_path(request.path) or not pool_exhausted(exception):
@@ -58,6 +66,16 @@ class ApiJsonErrorsMiddleware:
         )
         answer["Retry-After"] = str(OVERLOADED_RETRY_AFTER_S)
         return answer
+
+
+def _as_json_error(request: HttpRequest, response: HttpResponse) -> HttpResponse:
+    if (
+        response.status_code < 400
+        or not is_api_path(request.path)
+        or response.get("Content-Type", "").startswith("application/json")
+    ):
+        return response
+    return json_error(response)
 
 
 def pool_exhausted(exception: BaseException) -> bool:
@@ -81,3 +99,19 @@ def json_error(response: HttpResponse) -> JsonResponse:
         if response.has_header(name):
             answer[name] = response[name]
     return answer
+
+
+class SyncChainMiddleware:
+    """Innermost and sync only, so that Django runs every middleware above it in sync mode
+    under ASGI: the request crosses to its thread once at the top and stays there, instead
+    of each `MiddlewareMixin` crossing to the thread and back for its request and response
+    hooks (Django's async mode runs those through `sync_to_async`, one crossing each)."""
+
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)

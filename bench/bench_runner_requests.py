@@ -1,0 +1,261 @@
+"""The web process's CPU per runner request: what sets how many live attempts one web
+process serves (#19), measured without the rest of the stack's noise.
+
+Two uvicorn servers of the production ASGI app (`config.asgi`, pooled connections) on this
+script's database, taking turns a round at a time: one with the middleware chain as
+deployed (async-capable static files and JSON errors, `SyncChainMiddleware` innermost, so a
+request crosses from the event loop to its thread once), and a baseline with the chain
+Django's defaults give (`bench/baseline_middleware_settings.py`: WhiteNoise's own sync-only
+middleware; the request crosses between loop and thread around nearly every middleware).
+Against each, 32 live attempts are played the way runners printing a line a second talk to
+the control plane at load: a fresh connection per request, four one-line log batches for
+every heartbeat, `BENCH_RUNNER_REQUESTS_CONCURRENCY` (default 8) requests in flight,
+`BENCH_RUNNER_REQUESTS` (default 3,000) requests a round, three rounds each. The figure is
+the server process's CPU time (user + system, from /proc) over its round, divided by the
+round's requests; medians. For reference, the same requests through Django's test client in
+this process (views, middleware and queries without HTTP, uvicorn and ASGI), by this
+process's CPU time. Every answer must be a 200 and every line stored.
+
+Uses its own database (`trainyard_bench_requests`, recreated each run) and Redis database
+(`BENCH_RUNNER_REQUESTS_REDIS_URL`, default db 10, flushed).
+
+    .venv/bin/python bench/bench_runner_requests.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+BENCH_DB = "trainyard_bench_requests"
+DATABASE_URL = f"{ADMIN_URL.rsplit('/', 1)[0]}/{BENCH_DB}"
+REDIS_URL = os.environ.get("BENCH_RUNNER_REQUESTS_REDIS_URL", "redis://127.0.0.1:6379/10")
+REQUESTS = int(os.environ.get("BENCH_RUNNER_REQUESTS", 3000))
+CONCURRENCY = int(os.environ.get("BENCH_RUNNER_REQUESTS_CONCURRENCY", 8))
+ATTEMPTS = 96  # a third for each server, a third in process
+SERVERS = {
+    "as deployed": "config.test_settings",
+    "Django's default chain": "bench.baseline_middleware_settings",
+}
+ROUNDS = 3
+SETTINGS = {
+    "DJANGO_SETTINGS_MODULE": "config.test_settings",
+    "ALLOWED_HOSTS": "127.0.0.1",
+    "DATABASE_URL": DATABASE_URL,
+    "REDIS_URL": REDIS_URL,
+}
+SERVER_ENV = {**SETTINGS, "DATABASE_POOL": "1", "PYTHONPATH": str(ROOT)}  # pooled, as deployed
+
+
+def recreate_database() -> None:
+    import psycopg
+    import redis
+
+    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
+    redis.Redis.from_url(REDIS_URL).flushdb()
+
+
+def live_attempts(count: int) -> list[tuple[str, str]]:
+    """(job id, runner token) of `count` jobs whose first attempt is live, as dispatch
+    leaves it (the runner endpoints check the token and the attempt, not a process)."""
+    os.environ.update(SETTINGS)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from apps.accounts.services import organization_create
+    from apps.billing import ledger
+    from apps.jobs import services
+    from apps.jobs.execution.tokens import token_for
+    from apps.jobs.models import Attempt, Job
+
+    org = organization_create(name="bench-requests", slug="bench-requests", compute_enabled=True)
+    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
+    payload = {
+        "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 10},
+        "container": {"image": "python:3.11-slim", "command": ["python", "train.py"]},
+    }
+    attempts = []
+    for n in range(count):
+        job = services.job_create(
+            organization=org, payload={**payload, "name": f"bench-{n}"}, idempotency_key=None
+        ).job
+        attempt = Attempt.objects.create(job=job, number=1, accelerator="cpu", gpu_count=1)
+        Job.objects.filter(pk=job.pk).update(attempt_count=1)
+        attempts.append((job.public_id, token_for(attempt.token_nonce)))
+    return attempts
+
+
+def process_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Runners:
+    """Plays the attempts' runners against one server: started, then batches and beats."""
+
+    def __init__(self, port: int, attempts: list[tuple[str, str]]) -> None:
+        self.port = port
+        self.attempts = attempts
+        self.seqs = {job_id: 0 for job_id, _ in attempts}
+        self.sent_lines = 0
+
+    async def request(self, job_id: str, token: str, what: str, body: dict) -> int:
+        data = json.dumps(body).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            writer.write(
+                (
+                    f"POST /api/v1/runner/jobs/{job_id}/{what} HTTP/1.1\r\n"
+                    f"Host: 127.0.0.1:{self.port}\r\nAuthorization: Bearer {token}\r\n"
+                    "X-Trainyard-Protocol: 1\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+                ).encode()
+                + data
+            )
+            await writer.drain()
+            answer = await reader.read()
+        finally:
+            writer.close()
+        return int(answer.split(b" ", 2)[1])
+
+    def next_request(self, n: int) -> tuple[str, str, str, dict]:
+        """Request `n` of the mix: (job id, token, endpoint, body)."""
+        job_id, token = self.attempts[n % len(self.attempts)]
+        if n % 5 == 4:
+            return job_id, token, "heartbeat", {"last_seq": 0}
+        self.seqs[job_id] += 1
+        seq = self.seqs[job_id]
+        self.sent_lines += 1
+        line = {
+            "seq": seq,
+            "ts": datetime.now(UTC).isoformat(),
+            "source": "user",
+            "stream": "stdout",
+            "message": f"tick {seq}",
+        }
+        return job_id, token, "logs", {"lines": [line]}
+
+    async def one(self, n: int) -> None:
+        status = await self.request(*self.next_request(n))
+        assert status == 200, f"request {n}: HTTP {status}"
+
+    def in_process(self, requests: int) -> float:
+        """The same mix through Django's test client here; this process's CPU seconds."""
+        from django.test import Client
+
+        clients = {
+            token: Client(HTTP_AUTHORIZATION=f"Bearer {token}", HTTP_HOST="127.0.0.1")
+            for _, token in self.attempts
+        }
+        started = time.process_time()
+        for n in range(requests):
+            job_id, token, what, body = self.next_request(n)
+            response = clients[token].post(
+                f"/api/v1/runner/jobs/{job_id}/{what}",
+                json.dumps(body),
+                content_type="application/json",
+                HTTP_X_TRAINYARD_PROTOCOL="1",
+            )
+            assert response.status_code == 200, f"request {n}: HTTP {response.status_code}"
+        return time.process_time() - started
+
+    async def round(self, requests: int) -> None:
+        queue = iter(range(requests))
+
+        async def worker() -> None:
+            for n in queue:
+                await self.one(n)
+
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+
+
+def stored_lines() -> int:
+    from apps.jobs.models import LogLine
+
+    return LogLine.objects.filter(source="user").count()
+
+
+def main() -> int:
+    from tests.live import free_port, process_group, wait_until
+
+    recreate_database()
+    attempts = live_attempts(ATTEMPTS)
+    here = Runners(0, attempts[2::3])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(SERVER_ENV)
+    cpu_ms: dict[str, list[float]] = {name: [] for name in SERVERS}
+    rates: dict[str, list[float]] = {name: [] for name in SERVERS}
+    in_process_ms: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="bench-requests-") as workdir, ExitStack() as stack:
+        servers = {}
+        for i, (name, settings_module) in enumerate(SERVERS.items()):
+            port = free_port()
+            args = [
+                str(Path(sys.executable).parent / "uvicorn"),
+                "config.asgi:application",
+                *("--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"),
+            ]
+            log = Path(workdir) / f"web-{i}.log"
+            server_env = {**env, "DJANGO_SETTINGS_MODULE": settings_module}
+            web = stack.enter_context(process_group(args, env=server_env, log=log))
+            wait_until(lambda p=port: _answers(p), timeout=30, what=f"uvicorn on :{port}")
+            servers[name] = (web, Runners(port, attempts[i::3]), log)
+        for _ in range(ROUNDS):
+            for name, (web, runners, log) in servers.items():
+                cpu, began = process_cpu_s(web.pid), time.perf_counter()
+                try:
+                    asyncio.run(runners.round(REQUESTS))
+                except Exception:
+                    print(log.read_text(errors="replace")[-4000:], file=sys.stderr)
+                    raise
+                rates[name].append(REQUESTS / (time.perf_counter() - began))
+                cpu_ms[name].append(1000 * (process_cpu_s(web.pid) - cpu) / REQUESTS)
+            in_process_ms.append(1000 * here.in_process(REQUESTS) / REQUESTS)
+        sent = here.sent_lines + sum(runners.sent_lines for _, runners, _ in servers.values())
+    assert stored_lines() == sent, f"{stored_lines():,} lines stored, {sent:,} sent"
+
+    print(
+        f"runner requests ({REQUESTS:,} a round, {ROUNDS} rounds each, taking turns; "
+        f"{CONCURRENCY} in flight, a connection each; 4 one-line log batches per heartbeat; "
+        f"every line stored: {sent:,})"
+    )
+    medians = {name: statistics.median(values) for name, values in cpu_ms.items()}
+    for name, value in medians.items():
+        rate = statistics.median(rates[name])
+        print(f"  {name:<24} web CPU {value:5.2f} ms per request, {rate:4.0f} requests/s")
+    baseline = statistics.median(in_process_ms)
+    print(f"  {'in process (reference)':<24}         {baseline:5.2f} ms per request")
+    deployed, default_chain = medians.values()
+    print(f"  ratio as deployed ÷ Django's default chain: {deployed / default_chain:.2f}")
+    return 0
+
+
+def _answers(port: int) -> bool:
+    import http.client
+
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
