@@ -87,9 +87,7 @@ def runner_endpoint(view: Callable) -> Callable:
         # organization and the provider too cost a third more per request. The rarer calls
         # (spec, started, exit, uploads) load those when they need them.
         found = (
-            Attempt.objects.select_related("job__project")
-            .filter(token_nonce=nonce)
-            .order_by()[:1]
+            Attempt.objects.select_related("job__project").filter(token_nonce=nonce).order_by()[:1]
         )
         attempt = next(iter(found), None)
         if attempt is not None and token_expired(attempt):
