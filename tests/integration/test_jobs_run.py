@@ -9,6 +9,7 @@ import time
 from urllib.parse import quote, quote_plus
 
 import pytest
+from django.db import connection
 
 from apps.jobs.models import Attempt, Job, JobEvent, LogLine
 from apps.secrets import services as secret_services
@@ -213,3 +214,31 @@ def test_a_web_server_away_for_20_seconds_loses_no_line_and_doubles_none(api, st
     done = api.wait_state(job["id"], TERMINAL, timeout=90)
     assert done["state"] == "succeeded"
     assert _messages(job["id"], source="user") == [str(n) for n in range(1, 301)]
+
+
+def _drop_stack_connections() -> int:
+    """Terminate every PostgreSQL connection to this database but this test's own: the
+    web server's, the worker's and beat's, as a database restart would. How many went."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_the_database_dropping_every_connection_mid_ingest_loses_no_line_and_doubles_none(
+    api, stack
+):
+    job = api.submit(command=["python", "-c", COUNT_SLOWLY.format(n=400, pause=0.02)])
+    api.wait_state(job["id"], "running")
+    dropped = []
+    for stored in (50, 150, 250):
+        wait_for(lambda s=stored: len(_messages(job["id"], source="user")) >= s, 30, "lines")
+        dropped.append(_drop_stack_connections())
+    done = api.wait_state(job["id"], TERMINAL, timeout=90)
+
+    assert all(count > 0 for count in dropped)  # the stack's connections did go, each time
+    assert done["state"] == "succeeded"
+    assert _messages(job["id"], source="user") == [str(n) for n in range(1, 401)]
+    assert Job.objects.get(public_id=job["id"]).user_log_lines == 400
