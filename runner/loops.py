@@ -183,16 +183,24 @@ class LogSender:
                     lambda: self.client.post_log_lines(lines, follows, self.gzip_min_bytes),
                     stop=halt,
                 )
-                if self.on_answer is not None:
-                    self.on_answer(answer)
             except BaseException as exc:  # handed to the loop, which decides
                 flight.outcome = exc
+            else:
+                self._hand_over(answer)  # the batch is stored whatever happens there
             finally:
                 flight.done.set()
                 self._wake.set()
 
         threading.Thread(target=post, name="runner-sender-post", daemon=True).start()
         return flight
+
+    def _hand_over(self, answer: dict) -> None:
+        if self.on_answer is None:
+            return
+        try:
+            self.on_answer(answer)
+        except Exception as exc:  # a bug there must not make a stored batch go again
+            log(f"handling the answer to a batch failed: {exc!r}")
 
 
 @dataclass

@@ -37,8 +37,8 @@ OVERLOADED_RETRY_AFTER_S = 1
 
 
 class ApiJsonErrorsMiddleware:
-    """Sync and async: under ASGI the chain stays async from here to the view, so a request
-    crosses to a thread once (for the view) rather than three times."""
+    """Usable sync or async, so it never makes Django cross between the event loop and the
+    request's thread on its account (`SyncChainMiddleware` decides the chain's mode)."""
 
     sync_capable = True
     async_capable = True
