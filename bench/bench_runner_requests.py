@@ -35,11 +35,12 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from live_stack import database_url, group_cpu_s, setup_django  # noqa: E402
+
 BENCH_DB = "trainyard_bench_requests"
-DATABASE_URL = f"{ADMIN_URL.rsplit('/', 1)[0]}/{BENCH_DB}"
 REDIS_URL = os.environ.get("BENCH_RUNNER_REQUESTS_REDIS_URL", "redis://127.0.0.1:6379/10")
 REQUESTS = int(os.environ.get("BENCH_RUNNER_REQUESTS", 3000))
 CONCURRENCY = int(os.environ.get("BENCH_RUNNER_REQUESTS_CONCURRENCY", 8))
@@ -49,35 +50,24 @@ SERVERS = {
     "Django's default chain": "bench.baseline_middleware_settings",
 }
 ROUNDS = 3
-SETTINGS = {
-    "DJANGO_SETTINGS_MODULE": "config.test_settings",
-    "ALLOWED_HOSTS": "127.0.0.1",
-    "DATABASE_URL": DATABASE_URL,
+SERVER_ENV = {
+    "DATABASE_URL": database_url(BENCH_DB),
     "REDIS_URL": REDIS_URL,
+    "ALLOWED_HOSTS": "127.0.0.1",
+    "DATABASE_POOL": "1",  # pooled, as deployed
+    "PYTHONPATH": str(HERE.parent),
 }
-SERVER_ENV = {**SETTINGS, "DATABASE_POOL": "1", "PYTHONPATH": str(ROOT)}  # pooled, as deployed
-
-
-def recreate_database() -> None:
-    import psycopg
-    import redis
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    redis.Redis.from_url(REDIS_URL).flushdb()
 
 
 def live_attempts(count: int) -> list[tuple[str, str]]:
     """(job id, runner token) of `count` jobs whose first attempt is live, as dispatch
-    leaves it (the runner endpoints check the token and the attempt, not a process)."""
-    os.environ.update(SETTINGS)
-    import django
+    leaves it (the runner endpoints check the token and the attempt, not a process), on a
+    database made anew."""
+    import redis
 
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+    os.environ["ALLOWED_HOSTS"] = "127.0.0.1"  # the in-process client's host
+    setup_django(BENCH_DB, REDIS_URL)
+    redis.Redis.from_url(REDIS_URL).flushdb()
     from apps.accounts.services import organization_create
     from apps.billing import ledger
     from apps.jobs import services
@@ -99,11 +89,6 @@ def live_attempts(count: int) -> list[tuple[str, str]]:
         Job.objects.filter(pk=job.pk).update(attempt_count=1)
         attempts.append((job.public_id, token_for(attempt.token_nonce)))
     return attempts
-
-
-def process_cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class Runners:
@@ -194,7 +179,6 @@ def stored_lines() -> int:
 def main() -> int:
     from tests.live import free_port, process_group, wait_until
 
-    recreate_database()
     attempts = live_attempts(ATTEMPTS)
     here = Runners(0, attempts[2::3])
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
@@ -218,14 +202,14 @@ def main() -> int:
             servers[name] = (web, Runners(port, attempts[i::3]), log)
         for _ in range(ROUNDS):
             for name, (web, runners, log) in servers.items():
-                cpu, began = process_cpu_s(web.pid), time.perf_counter()
+                cpu, began = group_cpu_s(web.pid), time.perf_counter()
                 try:
                     asyncio.run(runners.round(REQUESTS))
                 except Exception:
                     print(log.read_text(errors="replace")[-4000:], file=sys.stderr)
                     raise
                 rates[name].append(REQUESTS / (time.perf_counter() - began))
-                cpu_ms[name].append(1000 * (process_cpu_s(web.pid) - cpu) / REQUESTS)
+                cpu_ms[name].append(1000 * (group_cpu_s(web.pid) - cpu) / REQUESTS)
             in_process_ms.append(1000 * here.in_process(REQUESTS) / REQUESTS)
         sent = here.sent_lines + sum(runners.sent_lines for _, runners, _ in servers.values())
     assert stored_lines() == sent, f"{stored_lines():,} lines stored, {sent:,} sent"

@@ -261,22 +261,6 @@ class Loadgen:
         return failures
 
 
-def group_cpu_s(pgid: int) -> float:
-    """CPU seconds (user + system) used so far by the live processes of a process group."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:  # after the name: state, ppid, pgrp, ..., utime, stime
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
 def pss_mib(pid: int) -> float:
     """PSS of `pid` and its descendants, MiB."""
     total, todo = 0, [pid]
@@ -378,6 +362,8 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
     sampler.start()
     if gen:
         gen.command("mark")
+    from live_stack import group_cpu_s
+
     web_pgid = stack.procs["web"].popen.pid
     web_cpu_before = group_cpu_s(web_pgid)
     began = time.monotonic()

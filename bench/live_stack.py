@@ -26,6 +26,22 @@ TEST_TIMINGS = (
 )
 
 
+def group_cpu_s(pgid: int) -> float:
+    """CPU seconds (user + system) used so far by the live processes of a process group."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # after the name: state, ppid, pgrp, ..., utime, stime
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def database_url(name: str) -> str:
     return f"{ADMIN_URL.rsplit('/', 1)[0]}/{name}"
 

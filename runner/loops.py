@@ -261,7 +261,7 @@ class Heartbeat:
         self.on_order = on_order
         self.on_abort = on_abort
         self.started_acked = False
-        self._last_heard = time.monotonic()
+        self._next_beat = time.monotonic()  # put off by every answer, of either kind
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runner-heartbeat", daemon=True)
 
@@ -280,7 +280,7 @@ class Heartbeat:
                 stop=self._stop,
             )
             self.started_acked = True
-            self._heard_now()
+            self._put_off()
             self._obey(answer)
             while not self._stop.wait(self._until_due()):
                 if self._until_due() > 0:  # a batch's answer came meanwhile
@@ -293,8 +293,9 @@ class Heartbeat:
                     raise
                 except Exception as exc:  # a bug must not stop the heartbeats
                     log(f"heartbeat failed: {exc!r}")
+                    self._put_off()  # the next try an interval on, not at once
                     continue
-                self._heard_now()
+                self._put_off()
                 self._obey(answer)
         except RetryStopped:
             return
@@ -307,14 +308,14 @@ class Heartbeat:
         if "order" not in answer or self._stop.is_set():  # an older control plane, or done
             return
         if self.started_acked:
-            self._heard_now()
+            self._put_off()
         self._obey(answer)
 
-    def _heard_now(self) -> None:
-        self._last_heard = time.monotonic()
+    def _put_off(self) -> None:
+        self._next_beat = time.monotonic() + self.interval_s
 
     def _until_due(self) -> float:
-        return max(0.0, self._last_heard + self.interval_s - time.monotonic())
+        return max(0.0, self._next_beat - time.monotonic())
 
     def _obey(self, answer: dict) -> None:
         order = answer.get("order", ORDER_CONTINUE)

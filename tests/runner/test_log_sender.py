@@ -1,12 +1,14 @@
-"""The log sender on its own, against the peer over real sockets: what a batch's answer is
-handed to, and what happens when handling it fails."""
+"""The log sender and the heartbeat on their own, against the peer over real sockets: what a
+batch's answer is handed to, and what happens when handling it, or a heartbeat, fails."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
 from runner.client import ControlClient
-from runner.loops import LogSender
+from runner.loops import Heartbeat, LogSender
 from runner.spool import Spool
 from tests.runner.peer import ControlPlane
 
@@ -62,3 +64,31 @@ def test_a_failure_in_handling_an_answer_never_sends_a_stored_batch_again(plane,
     assert spool.acked_seq == 35
     assert sorted(plane.receipts) == list(range(1, 36))
     assert set(plane.receipts.values()) == {1}  # each line sent once
+
+
+class BrokenHeartbeatClient(ControlClient):
+    """The real client, whose heartbeat call fails as a bug would (not a retryable error)."""
+
+    beats = 0
+
+    def post_heartbeat(self, last_seq: int) -> dict:
+        self.beats += 1
+        raise ValueError("a bug in the heartbeat")
+
+
+def test_a_heartbeat_that_fails_with_a_bug_is_tried_again_an_interval_later(plane):
+    client = BrokenHeartbeatClient(plane.url, JOB, TOKEN)
+    heartbeat = Heartbeat(
+        client,
+        pid=1,
+        interval_s=0.1,
+        last_seq=lambda: 0,
+        on_order=lambda order: None,
+        on_abort=lambda status, reason: pytest.fail(f"aborted: {reason}"),
+    )
+    heartbeat.start()
+    time.sleep(0.55)  # the window the tries are counted in
+    heartbeat.stop()
+
+    assert plane.started  # `started` went through the real client
+    assert 1 <= client.beats <= 10  # about one a tenth of a second, not a busy loop
