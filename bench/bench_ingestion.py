@@ -236,15 +236,6 @@ def breakdown(attempt, bodies: list[bytes]) -> dict[str, float]:
     return medians
 
 
-def _answers(port: int) -> bool:
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-        conn.request("GET", "/healthz")
-        return conn.getresponse().status == 200
-    except OSError:
-        return False
-
-
 def bench(port: int, endpoint_attempt, copy_job, batches: list[list[Line]]) -> tuple[float, float]:
     """(endpoint lines/s, COPY lines/s), taking turns a round at a time."""
     import psycopg
@@ -273,6 +264,8 @@ def bench(port: int, endpoint_attempt, copy_job, batches: list[list[Line]]) -> t
 
 
 def main() -> int:
+    from live_stack import web_answers
+
     from tests.live import free_port, process_group, wait_until
 
     recreate_database()
@@ -302,7 +295,7 @@ def main() -> int:
         ]
         env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
         with process_group(args, env={**env, **SERVER_ENV}, log=log):
-            wait_until(lambda: _answers(port), timeout=30, what=f"uvicorn on :{port}")
+            wait_until(lambda: web_answers(port), timeout=30, what=f"uvicorn on :{port}")
             try:
                 endpoint_rate, copy_rate = bench(port, endpoint_attempt, copy_job, batches)
             except Exception:

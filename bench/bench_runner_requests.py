@@ -38,7 +38,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from live_stack import database_url, group_cpu_s, setup_django  # noqa: E402
+from live_stack import database_url, group_cpu_s, setup_django, web_answers  # noqa: E402
 
 BENCH_DB = "trainyard_bench_requests"
 REDIS_URL = os.environ.get("BENCH_RUNNER_REQUESTS_REDIS_URL", "redis://127.0.0.1:6379/10")
@@ -198,7 +198,7 @@ def main() -> int:
             log = Path(workdir) / f"web-{i}.log"
             server_env = {**env, "DJANGO_SETTINGS_MODULE": settings_module}
             web = stack.enter_context(process_group(args, env=server_env, log=log))
-            wait_until(lambda p=port: _answers(p), timeout=30, what=f"uvicorn on :{port}")
+            wait_until(lambda p=port: web_answers(p), timeout=30, what=f"uvicorn on :{port}")
             servers[name] = (web, Runners(port, attempts[i::3]), log)
         for _ in range(ROUNDS):
             for name, (web, runners, log) in servers.items():
@@ -228,17 +228,6 @@ def main() -> int:
     deployed, default_chain = medians.values()
     print(f"  ratio as deployed ÷ Django's default chain: {deployed / default_chain:.2f}")
     return 0
-
-
-def _answers(port: int) -> bool:
-    import http.client
-
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-        conn.request("GET", "/healthz")
-        return conn.getresponse().status == 200
-    except OSError:
-        return False
 
 
 if __name__ == "__main__":

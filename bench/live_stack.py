@@ -42,6 +42,18 @@ def group_cpu_s(pgid: int) -> float:
     return total
 
 
+def web_answers(port: int) -> bool:
+    """Whether a web server on 127.0.0.1:`port` answers its health check."""
+    import http.client
+
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+
+
 def database_url(name: str) -> str:
     return f"{ADMIN_URL.rsplit('/', 1)[0]}/{name}"
 
