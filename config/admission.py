@@ -7,10 +7,11 @@ connections; the pool's wait (30 s) runs out, and everything in the pile answers
 runners' requests, and API calls and pages too (the bench that found it: `bench_scale.py`).
 
 So at most RUNNER_MAX_CONCURRENT of the runner protocol's small, frequent requests (`spec`,
-`started`, `heartbeat`, `logs`, `exit`) run in Django at once per web process; by default
-two fewer than the pool, which leaves connections for people's pages and the API. The rest
-wait here, in the event loop (no thread, no connection), in arrival order, for up to
-RUNNER_QUEUE_TIMEOUT_S; past that they are answered 503 `overloaded` with `Retry-After`.
+`started`, `heartbeat`, `logs`, `exit`, and a relay's bundles of them) run in Django at once
+per web process; by default two fewer than the pool, which leaves connections for people's
+pages and the API. The rest wait here, in the event loop (no thread, no connection), in
+arrival order, for up to RUNNER_QUEUE_TIMEOUT_S; past that they are answered 503
+`overloaded` with `Retry-After`.
 Log batches, by far the most of them, may hold at most all slots but one: a heartbeat,
 `started` or `exit` never queues behind a pile of batches (a batch served counts as a
 heartbeat too, `supervision.runner_heard`).
@@ -27,7 +28,9 @@ import re
 from collections.abc import Awaitable, Callable
 
 ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
-RUNNER_PROTOCOL = re.compile(r"^/api/v1/runner/jobs/[^/]+/(spec|started|heartbeat|logs|exit)/?$")
+RUNNER_PROTOCOL = re.compile(
+    r"^/api/v1/runner/(?:jobs/[^/]+/(spec|started|heartbeat|logs|exit)|(relay))/?$"
+)
 LOG_BATCH = "logs"
 OVERLOADED = "overloaded"
 RETRY_AFTER_S = 1
@@ -66,7 +69,9 @@ class RunnerAdmission:
             await self.app(scope, receive, send)
             return
         held: list[asyncio.Semaphore] = []
-        wanted = [self.batch_slots, self.slots] if match[1] == LOG_BATCH else [self.slots]
+        # A relay's bundle is mostly log batches: it waits as a batch does.
+        batch = match[1] == LOG_BATCH or match[2] is not None
+        wanted = [self.batch_slots, self.slots] if batch else [self.slots]
         try:
             async with asyncio.timeout(self.timeout_s):
                 for semaphore in wanted:

@@ -106,12 +106,22 @@ ENV_RUNNER_TOKEN = "TRAINYARD_RUNNER_TOKEN"
 ENV_RUNNER_TOKEN_FILE = "TRAINYARD_RUNNER_TOKEN_FILE"
 ENV_WORKDIR = "TRAINYARD_WORKDIR"
 ENV_JOB_ID = "TRAINYARD_JOB_ID"  # also in the spec's env, for the workload
+# Optional: a relay on the runner's host (`python -m runner relay`) that carries its log
+# batches and heartbeats to the control plane bundled with other runners' (`POST relay`).
+ENV_RELAY_URL = "TRAINYARD_RELAY_URL"
 # Set by the control plane in the spec's env, for the workload.
 ENV_ATTEMPT = "TRAINYARD_ATTEMPT"
 ENV_CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"  # relative to the workload's directory
 ENV_RESUME_FROM = "TRAINYARD_RESUME_FROM"  # set by the runner to the checkpoint fetched
 # Set by the control plane for a serve job: the secret every request to the engine carries.
 ENV_SERVE_SECRET = "TRAINYARD_SERVE_SECRET"
+
+# -- relaying (`POST relay`: many runners' calls in one request) -----------------------------
+
+RELAY_PATH = "/api/v1/runner/relay"
+RELAY_CALL_LOGS = "logs"
+RELAY_CALL_HEARTBEAT = "heartbeat"
+RELAY_MAX_ENTRIES = 500  # entries a bundle may carry
 
 # -- the workload's JSON lines on stdout (`{"type": ...}`) ----------------------------------
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -130,6 +131,48 @@ def runner_heard(attempt: Attempt) -> None:
         return
     Attempt.objects.filter(pk=attempt.pk, ended_at__isnull=True).update(last_heartbeat_at=now)
     attempt.last_heartbeat_at = now
+
+
+def runner_heartbeats(attempts: list[Attempt]) -> set[int]:
+    """`runner_heartbeat` for many attempts (a relay's bundle) in one UPDATE: the ids of
+    those still live and current, whose beat was recorded. The others' runners get 409."""
+    if not attempts:
+        return set()
+    if connection.vendor != "postgresql":  # SQLite (`make run`): one by one
+        live = set()
+        for attempt in attempts:
+            with suppress(AttemptSuperseded):
+                runner_heartbeat(attempt)
+                live.add(attempt.pk)
+        return live
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Attempt._meta.db_table} AS a SET last_heartbeat_at = %s "
+            f"FROM {Job._meta.db_table} AS j WHERE a.id = ANY(%s) AND j.id = a.job_id "
+            "AND a.ended_at IS NULL AND a.number = j.attempt_count RETURNING a.id",
+            [timezone.now(), [attempt.pk for attempt in attempts]],
+        )
+        ids = {row[0] for row in cursor.fetchall()}
+    return ids
+
+
+def runners_heard(attempts: list[Attempt]) -> None:
+    """`runner_heard` for many attempts, in one UPDATE of those due."""
+    now = timezone.now()
+    interval = timedelta(seconds=settings.HEARTBEAT_INTERVAL_S)
+    due = [
+        attempt
+        for attempt in attempts
+        if attempt.ended_at is None
+        and (attempt.last_heartbeat_at is None or now - attempt.last_heartbeat_at >= interval)
+    ]
+    if not due:
+        return
+    Attempt.objects.filter(pk__in=[attempt.pk for attempt in due], ended_at__isnull=True).update(
+        last_heartbeat_at=now
+    )
+    for attempt in due:
+        attempt.last_heartbeat_at = now
 
 
 def runner_exited(attempt_id: int, exit_code: int, *, confirmed: bool = False) -> None:

@@ -60,50 +60,83 @@ def token_expired(attempt: Attempt, now: datetime | None = None) -> bool:
 def runner_endpoint(view: Callable) -> Callable:
     """Check the protocol version, authenticate the runner token, match it to the job in the
     path, and turn our exceptions into the protocol's answers. The view gets the attempt and
-    the route's other arguments. A runner that sends no version header is one started by an
-    older control plane: it speaks version 1."""
+    the route's other arguments."""
 
     @csrf_exempt
     @wraps(view)
     def wrapped(request: HttpRequest, job_id: str, **route: object) -> JsonResponse:
-        version = protocol.version_of_header(request.headers.get(protocol.PROTOCOL_HEADER))
-        if version is None or not protocol.supported(version):
-            return _error(
-                400,
-                protocol.ERROR_UNSUPPORTED_PROTOCOL,
-                f"This control plane speaks runner protocol versions 1 to "
-                f"{protocol.PROTOCOL_VERSION}; the runner sent "
-                f"{request.headers.get(protocol.PROTOCOL_HEADER)!r}.",
-            )
+        refusal = protocol_refusal(request)
+        if refusal is not None:
+            return refusal
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         nonce = nonce_from(token.strip()) if scheme.lower() == "bearer" else None
         if nonce is None:
             return _error(401, "unauthenticated", "A valid runner token is required.")
-        # The nonce is unique, so no ORDER BY: the model's ordering (job, then the job's
-        # own ordering) made compiling this query cost as much as running it, on the
-        # hottest path there is. Only what log batches and heartbeats use is joined (the
-        # job, and its project for live pushes): compiling and reading every column of the
-        # organization and the provider too cost a third more per request. The rarer calls
-        # (spec, started, exit, uploads) load those when they need them.
-        found = (
-            Attempt.objects.select_related("job__project").filter(token_nonce=nonce).order_by()[:1]
-        )
-        attempt = next(iter(found), None)
-        if attempt is not None and token_expired(attempt):
-            return _error(401, "unauthenticated", "The attempt of this runner token has ended.")
-        if attempt is None or attempt.job.public_id != job_id:
-            return _error(404, "not_found", "Not found.")
+        attempt = attempts_by_nonce([nonce]).get(nonce)
+        refused = attempt_refusal(attempt, job_id)
+        if refused is not None:
+            return _error(*refused)
         try:
             return view(request, attempt, **route)
-        except AttemptSuperseded:
-            return _error(
-                409, protocol.ERROR_ATTEMPT_SUPERSEDED, "This attempt is no longer the job's."
-            )
-        except ApiError as exc:  # 400 invalid_request, sha256_mismatch, 413 ...
-            return _error(exc.status_code, exc.error_type, str(exc.detail), exc.param)
+        except (AttemptSuperseded, ApiError) as exc:
+            return _error(*refusal_of(exc))
 
     return wrapped
+
+
+def protocol_refusal(request: HttpRequest) -> JsonResponse | None:
+    """The 400 `unsupported_protocol` answer when the request's protocol version header names
+    a version this control plane does not speak; None when it is fine. A runner that sends
+    no version header is one started by an older control plane: it speaks version 1."""
+    version = protocol.version_of_header(request.headers.get(protocol.PROTOCOL_HEADER))
+    if version is not None and protocol.supported(version):
+        return None
+    return _error(
+        400,
+        protocol.ERROR_UNSUPPORTED_PROTOCOL,
+        f"This control plane speaks runner protocol versions 1 to "
+        f"{protocol.PROTOCOL_VERSION}; the runner sent "
+        f"{request.headers.get(protocol.PROTOCOL_HEADER)!r}.",
+    )
+
+
+def attempts_by_nonce(nonces: list[str]) -> dict[str, Attempt]:
+    """The attempts whose runner tokens carry these nonces, each with its job and project,
+    in one query.
+
+    The nonce is unique, so no ORDER BY: the model's ordering (job, then the job's own
+    ordering) made compiling this query cost as much as running it, on the hottest path
+    there is. Only what log batches and heartbeats use is joined (the job, and its project
+    for live pushes): compiling and reading every column of the organization and the
+    provider too cost a third more per request. The rarer calls (spec, started, exit,
+    uploads) load those when they need them."""
+    if not nonces:
+        return {}
+    found = Attempt.objects.select_related("job__project").order_by()
+    if len(nonces) == 1:
+        found = found.filter(token_nonce=nonces[0])[:1]
+    else:
+        found = found.filter(token_nonce__in=set(nonces))
+    return {attempt.token_nonce: attempt for attempt in found}
+
+
+def attempt_refusal(attempt: Attempt | None, job_id: str) -> tuple[int, str, str] | None:
+    """(status, error type, message) when a token's attempt may not act on the job
+    `job_id`: 404 when there is no such attempt or it belongs to another job, 401 when its
+    attempt ended more than the grace period ago. None when it may."""
+    if attempt is not None and token_expired(attempt):
+        return 401, "unauthenticated", "The attempt of this runner token has ended."
+    if attempt is None or attempt.job.public_id != job_id:
+        return 404, "not_found", "Not found."
+    return None
+
+
+def refusal_of(exc: AttemptSuperseded | ApiError) -> tuple:
+    """(status, error type, message, param) of the answer to a runner call that raised."""
+    if isinstance(exc, AttemptSuperseded):
+        return 409, protocol.ERROR_ATTEMPT_SUPERSEDED, "This attempt is no longer the job's."
+    return exc.status_code, exc.error_type, str(exc.detail), exc.param  # 400, 413, ...
 
 
 def json_body(request: HttpRequest) -> object:

@@ -2,9 +2,10 @@
 
 from django.urls import path
 
-from apps.jobs.runner_api import artifacts, lifecycle, logs, workdirs
+from apps.jobs.runner_api import artifacts, lifecycle, logs, relay, workdirs
 
 urlpatterns = [
+    path("relay", relay.relay, name="runner-relay"),
     path("jobs/<str:job_id>/spec", lifecycle.spec, name="runner-spec"),
     path("jobs/<str:job_id>/started", lifecycle.started, name="runner-started"),
     path("jobs/<str:job_id>/heartbeat", lifecycle.heartbeat, name="runner-heartbeat"),

@@ -30,10 +30,10 @@ from typing import NamedTuple, NoReturn
 
 import psycopg
 import psycopg.errors
-from django.db import DataError, IntegrityError, connection, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 from django.db.models import Max
 
-from apps.core.errors import InvalidRequest
+from apps.core.errors import InvalidRequest, NotFound
 from apps.core.transactions import after_commit
 from apps.jobs import services
 from apps.jobs.events import JobEventType
@@ -184,28 +184,94 @@ def _storable(message: str) -> str:
 def ingest(*, attempt: Attempt, job: Job, lines: list[IncomingLine]) -> IngestResult:
     if not lines:
         return IngestResult(0, 0)
-    masker = secret_masker(attempt, job)
-    messages = [masker.mask(line.message) for line in lines]
+    messages = _masked(attempt, job, lines)
     with transaction.atomic():
         inserted = _insert(job.pk, attempt.number, lines, messages)
-        if inserted:
-            user = sum(1 for row in inserted if row[1] == LogLine.Source.USER)
-            dropped = _Dropped()
-            # The live sequence first: it locks the job's row, which the metric series
-            # summary is read and written under (and which a resume holds while it
-            # supersedes points), so two batches of a job never interleave there.
-            seq = push.bump_live_seq(job.pk, user_lines=user, system_lines=len(inserted) - user)
-            times = {line.seq: line.timestamp for line in lines}
-            metric_ids = _store_parsed(job, attempt.number, inserted, times, dropped)
-            push.push_on_commit(
-                job=job,
-                seq=seq,
-                log_seqs=(attempt.number, [row[0] for row in inserted]),
-                metric_ids=metric_ids,
-            )
-            if dropped.notes:
-                services.system_log(job=job, attempt=attempt.number, message=dropped.message())
+        _record_inserted(attempt, job, lines, inserted)
     return IngestResult(accepted=len(inserted), duplicates=len(lines) - len(inserted))
+
+
+class Batch(NamedTuple):
+    """One runner's batch among many (`ingest_many`)."""
+
+    attempt: Attempt  # with its job loaded
+    lines: list[IncomingLine]
+
+
+def ingest_many(batches: list[Batch]) -> list[IngestResult | Exception]:
+    """Store the batches of many attempts (a relay's bundle, docs/runner-protocol.md): what
+    `ingest` of each, one after another, would store and answer, in the order given. Each
+    place holds the batch's IngestResult, or the exception its `ingest` raised (a job
+    deleted meanwhile), which touched no other batch.
+
+    On PostgreSQL, when no batch repeats a stored seq (nearly always), every line of every
+    batch goes in by one binary COPY and the rest in one transaction: per batch, what is
+    left is its job's live sequence (one UPDATE) and its push. Should anything in that
+    transaction fail (a retried batch's seq, a job deleted, a deadlock), all of it is undone
+    and each batch is stored on its own, so one batch's trouble is never another's."""
+    results: list[IngestResult | Exception] = [IngestResult(0, 0)] * len(batches)
+    todo = [index for index, batch in enumerate(batches) if batch.lines]
+    if len(todo) > 1 and connection.vendor == "postgresql":
+        try:
+            return _ingest_together(batches, todo, results)
+        except (DatabaseError, NotFound, psycopg.Error):
+            logger.info("a bundle of %d batches is stored batch by batch", len(todo))
+    for index in todo:
+        attempt, lines = batches[index]
+        try:
+            results[index] = ingest(attempt=attempt, job=attempt.job, lines=lines)
+        except (DatabaseError, NotFound) as exc:
+            results[index] = exc
+    return results
+
+
+def _ingest_together(batches: list[Batch], todo: list[int], results: list) -> list:
+    """`ingest_many`'s one-transaction way; raises, having stored nothing, when any batch
+    cannot go that way."""
+    masked = {
+        index: _masked(batches[index].attempt, batches[index].attempt.job, batches[index].lines)
+        for index in todo
+    }
+    # Jobs' rows are locked (their live sequence) in id order, as every bundle does, so two
+    # bundles never wait on each other in a cycle.
+    todo = sorted(todo, key=lambda index: (batches[index].attempt.job_id, index))
+    with transaction.atomic():
+        connection.ensure_connection()
+        inserted = _copy_many([(batches[index], masked[index]) for index in todo])
+        for index, rows in zip(todo, inserted, strict=True):
+            attempt, lines = batches[index]
+            _record_inserted(attempt, attempt.job, lines, rows)
+            results[index] = IngestResult(accepted=len(rows), duplicates=len(lines) - len(rows))
+    return results
+
+
+def _masked(attempt: Attempt, job: Job, lines: list[IncomingLine]) -> list[str]:
+    masker = secret_masker(attempt, job)
+    return [masker.mask(line.message) for line in lines]
+
+
+def _record_inserted(attempt: Attempt, job: Job, lines: list[IncomingLine], inserted) -> None:
+    """What follows storing a batch's new lines, in its transaction: the job's live
+    sequence and line counts, metrics and events parsed from them, the push after commit,
+    and a system line for whatever could not be stored."""
+    if not inserted:
+        return
+    user = sum(1 for row in inserted if row[1] == LogLine.Source.USER)
+    dropped = _Dropped()
+    # The live sequence first: it locks the job's row, which the metric series summary is
+    # read and written under (and which a resume holds while it supersedes points), so two
+    # batches of a job never interleave there.
+    seq = push.bump_live_seq(job.pk, user_lines=user, system_lines=len(inserted) - user)
+    times = {line.seq: line.timestamp for line in lines}
+    metric_ids = _store_parsed(job, attempt.number, inserted, times, dropped)
+    push.push_on_commit(
+        job=job,
+        seq=seq,
+        log_seqs=(attempt.number, [row[0] for row in inserted]),
+        metric_ids=metric_ids,
+    )
+    if dropped.notes:
+        services.system_log(job=job, attempt=attempt.number, message=dropped.message())
 
 
 @dataclass
@@ -305,6 +371,24 @@ def _copy(job_id: int, attempt: int, lines: list[IncomingLine], messages: list[s
         for (seq, timestamp, source, stream, _), message in rows:
             write((job_id, attempt, seq, source, stream, timestamp, message))
     return [(line.seq, line.source, message) for line, message in rows]
+
+
+def _copy_many(batches: list[tuple[Batch, list[str]]]) -> list[list]:
+    """The lines of many batches by one binary COPY (each batch's in seq order); for each
+    batch, what `_copy` returns. Raises UniqueViolation when any seq is already stored."""
+    table = LogLine._meta.db_table
+    statement = f"COPY {table} ({_COPY_COLUMNS}) FROM STDIN (FORMAT BINARY)"
+    inserted = []
+    with psycopg.Cursor(connection.connection) as cursor, cursor.copy(statement) as copy:
+        copy.set_types(_COPY_TYPES)
+        write = copy.write_row
+        for (attempt, lines), messages in batches:
+            job_id, number = attempt.job_id, attempt.number
+            rows = sorted(zip(lines, messages, strict=True))
+            for (seq, timestamp, source, stream, _), message in rows:
+                write((job_id, number, seq, source, stream, timestamp, message))
+            inserted.append([(line.seq, line.source, message) for line, message in rows])
+    return inserted
 
 
 def _insert_new(job_id: int, attempt: int, lines: list[IncomingLine], messages: list[str]):
