@@ -131,7 +131,9 @@ class Runner:
     def __init__(self, config: RunnerConfig, *, client: ControlClient | None = None) -> None:
         self.config = config
         self.workdir = config.workdir
-        self.client = client or ControlClient(config.control_url, config.job_id, config.token)
+        self.client = client or ControlClient(
+            config.control_url, config.job_id, config.token, relay_url=config.relay_url
+        )
         # Written by signal handlers and other threads, read by the main thread; plain
         # attributes, because a signal handler must not take a lock the main thread holds.
         self._terminate_requested = False

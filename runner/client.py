@@ -175,10 +175,21 @@ class ControlClient:
     """
 
     def __init__(
-        self, control_url: str, job_id: str, token: str, *, timeout: float = REQUEST_TIMEOUT_S
+        self,
+        control_url: str,
+        job_id: str,
+        token: str,
+        *,
+        timeout: float = REQUEST_TIMEOUT_S,
+        relay_url: str | None = None,
     ) -> None:
         self.control_url = control_url.rstrip("/")
         self.base = f"{self.control_url}/api/v1/runner/jobs/{job_id}/"
+        # Log batches and heartbeats go to the host's relay when there is one (`runner.relay`,
+        # same paths); the rest, and those two whenever the relay cannot be reached, go here.
+        self.relay_base = (
+            f"{relay_url.rstrip('/')}/api/v1/runner/jobs/{job_id}/" if relay_url else None
+        )
         self._token = token
         self.timeout = timeout
         # Proxies from the environment are honoured (a workload host may need one); urllib
@@ -296,13 +307,29 @@ class ControlClient:
         compress = gzip_min_bytes is not None and len(data) >= gzip_min_bytes
         if compress:
             data = gzip.compress(data, compresslevel=1, mtime=0)
-        req = self._request_object("POST", self.base + "logs", data, "application/json")
-        if compress:
-            req.add_header("Content-Encoding", "gzip")
-        return self._json_answer(req, "POST logs", self.timeout)
+        encoding = "gzip" if compress else None
+        return self._relayed("logs", data, encoding)
 
     def post_heartbeat(self, last_seq: int) -> dict:
-        return self.request("POST", "heartbeat", {"last_seq": last_seq})
+        return self._relayed("heartbeat", json.dumps({"last_seq": last_seq}).encode())
+
+    def _relayed(self, endpoint: str, data: bytes, encoding: str | None = None) -> dict:
+        """POST `endpoint` by the relay when there is one; straight to the control plane when
+        there is none, or when it cannot be reached (not running, refused, timed out): a
+        relay that went away never holds a runner's lines back."""
+        if self.relay_base is not None:
+            try:
+                return self._post(self.relay_base + endpoint, data, encoding)
+            except RetryableError as exc:
+                if exc.status is not None:  # the relay answered: its answer stands
+                    raise
+        return self._post(self.base + endpoint, data, encoding)
+
+    def _post(self, url: str, data: bytes, encoding: str | None) -> dict:
+        req = self._request_object("POST", url, data, "application/json")
+        if encoding is not None:
+            req.add_header("Content-Encoding", encoding)
+        return self._json_answer(req, "POST " + url.rsplit("/", 1)[1], self.timeout)
 
     def post_exit(self, exit_code: int, last_seq: int) -> dict:
         return self.request("POST", "exit", {"exit_code": exit_code, "last_seq": last_seq})

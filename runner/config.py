@@ -1,8 +1,9 @@
 """The runner's configuration: the environment variables a backend sets.
 
 `TRAINYARD_RUNNER_TOKEN` (or `TRAINYARD_RUNNER_TOKEN_FILE`), `TRAINYARD_CONTROL_URL` and
-`TRAINYARD_WORKDIR` are the runner's alone; `WORKLOAD_HIDDEN_VARS` lists what is stripped
-from the workload's environment.
+`TRAINYARD_WORKDIR` are the runner's alone, as is the optional `TRAINYARD_RELAY_URL` (a
+relay on this host that carries log batches and heartbeats, `runner.relay`);
+`WORKLOAD_HIDDEN_VARS` lists what is stripped from the workload's environment.
 
 The token comes from a file when `TRAINYARD_RUNNER_TOKEN_FILE` names one: the runner reads
 it and deletes it at once, before any workload starts, so the token is in no environment
@@ -21,13 +22,20 @@ from pathlib import Path
 from runner.protocol import (
     ENV_CONTROL_URL,
     ENV_JOB_ID,
+    ENV_RELAY_URL,
     ENV_RUNNER_TOKEN,
     ENV_RUNNER_TOKEN_FILE,
     ENV_WORKDIR,
 )
 
 REQUIRED_VARS = (ENV_CONTROL_URL, ENV_JOB_ID, ENV_RUNNER_TOKEN, ENV_WORKDIR)
-WORKLOAD_HIDDEN_VARS = (ENV_RUNNER_TOKEN, ENV_RUNNER_TOKEN_FILE, ENV_CONTROL_URL, ENV_WORKDIR)
+WORKLOAD_HIDDEN_VARS = (
+    ENV_RUNNER_TOKEN,
+    ENV_RUNNER_TOKEN_FILE,
+    ENV_CONTROL_URL,
+    ENV_WORKDIR,
+    ENV_RELAY_URL,
+)
 MAX_TOKEN_FILE_BYTES = 4096
 
 
@@ -41,11 +49,12 @@ class RunnerConfig:
     job_id: str
     token: str
     workdir: Path  # absolute
+    relay_url: str | None = None  # without a trailing slash
 
     def __repr__(self) -> str:  # never print the token
         return (
             f"RunnerConfig(control_url={self.control_url!r}, job_id={self.job_id!r}, "
-            f"workdir={str(self.workdir)!r})"
+            f"workdir={str(self.workdir)!r}, relay_url={self.relay_url!r})"
         )
 
 
@@ -78,7 +87,7 @@ def load_config(environ: Mapping[str, str] | None = None) -> RunnerConfig:
     The token is read from the file `TRAINYARD_RUNNER_TOKEN_FILE` names, which is deleted,
     when it is set; else from `TRAINYARD_RUNNER_TOKEN`. Raises ConfigError naming every
     missing or empty variable, a token file that cannot be read or deleted, or a control URL
-    that is not http(s).
+    (or relay URL) that is not http(s).
     """
     env = os.environ if environ is None else environ
     token_file = env.get(ENV_RUNNER_TOKEN_FILE, "").strip()
@@ -89,10 +98,14 @@ def load_config(environ: Mapping[str, str] | None = None) -> RunnerConfig:
     control_url = env[ENV_CONTROL_URL].strip().rstrip("/")
     if not control_url.startswith(("http://", "https://")):
         raise ConfigError(f"{ENV_CONTROL_URL} must start with http:// or https://")
+    relay_url = env.get(ENV_RELAY_URL, "").strip().rstrip("/") or None
+    if relay_url is not None and not relay_url.startswith(("http://", "https://")):
+        raise ConfigError(f"{ENV_RELAY_URL} must start with http:// or https://")
     token = read_token_file(token_file) if token_file else env[ENV_RUNNER_TOKEN].strip()
     return RunnerConfig(
         control_url=control_url,
         job_id=env[ENV_JOB_ID].strip(),
         token=token,
         workdir=Path(env[ENV_WORKDIR]).expanduser().absolute(),
+        relay_url=relay_url,
     )

@@ -3,8 +3,10 @@ follows its content, and installing it over a transport sends it once."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+import urllib.request
 import zipfile
 from io import BytesIO
 
@@ -33,6 +35,27 @@ def test_the_bundle_runs_the_runner_which_refuses_an_empty_environment(tmp_path)
     )
     assert run.returncode == protocol.EXIT_CONFIG
     assert protocol.ENV_CONTROL_URL in run.stderr + run.stdout
+
+
+def test_the_bundle_runs_the_host_relay(tmp_path):
+    upstream = "http://127.0.0.1:9"  # nothing listens: the relay starts all the same
+    path = tmp_path / bundle_name()
+    path.write_bytes(runner_bundle())
+    relay = subprocess.Popen(
+        [sys.executable, str(path), "relay", *("--listen", "127.0.0.1:0", "--upstream"), upstream],
+        stdout=subprocess.PIPE,
+        env={},
+    )
+    try:
+        listening = json.loads(relay.stdout.readline())["listening"]
+        with urllib.request.urlopen(f"{listening}/status", timeout=10) as answer:
+            counts = json.loads(answer.read())
+    finally:
+        relay.kill()
+        relay.wait(timeout=10)
+        relay.stdout.close()
+    assert listening.startswith("http://127.0.0.1:")
+    assert counts == {"bundles": 0, "relayed": 0, "passed_through": 0}
 
 
 def test_install_sends_the_bundle_once_and_atomically(tmp_path):

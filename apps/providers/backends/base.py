@@ -44,11 +44,12 @@ Rules every backend keeps (the shared contract test checks them):
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from apps.core.errors import Retryable
+from runner import protocol
 
 Handle = dict[str, Any]
 PollState = Literal["queued", "running", "exited", "lost", "reclaimed"]
@@ -78,6 +79,14 @@ class Bootstrap:
     job_id: str
     attempt: int
     token: str
+
+
+def relay_env(config: Mapping[str, Any]) -> dict[str, str]:
+    """The runner's `TRAINYARD_RELAY_URL` when the provider's config names a relay on its
+    hosts (`relay_url`, e.g. `http://127.0.0.1:8790`: a `runner.relay` the operator runs on
+    each host, reachable there at that address); nothing when it names none."""
+    url = str(config.get("relay_url") or "").strip()
+    return {protocol.ENV_RELAY_URL: url} if url else {}
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from runner import protocol
 
 RUNNER_DIR = Path(protocol.__file__).resolve().parent
 # Host-side tools the bundle can run besides the runner: `runner.<name>.main(argv) -> int`.
-TOOLS = ("hostctl", "slurmctl")
+TOOLS = ("hostctl", "slurmctl", "relay")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # a deterministic archive: the same code, the same digest
 
 _MAIN = f"""\

@@ -62,6 +62,7 @@ from apps.providers.backends.base import (
     PollOutcome,
     PollResult,
     poll_outcome,
+    relay_env,
 )
 from apps.providers.backends.containers import (
     WORKDIR_MOUNT,
@@ -176,6 +177,7 @@ class LocalBackend(Backend):
                     protocol.ENV_JOB_ID: bootstrap.job_id,
                     protocol.ENV_RUNNER_TOKEN_FILE: f"{WORKDIR_MOUNT}/{TOKEN_FILE}",
                     protocol.ENV_WORKDIR: WORKDIR_MOUNT,
+                    **relay_env(self.config),
                 },
                 gpu_count=request.gpu_count if request.accelerator != "cpu" else 0,
                 labels={"trainyard.job": request.job_id, "trainyard.attempt": str(request.attempt)},
@@ -201,6 +203,7 @@ class LocalBackend(Backend):
                 protocol.ENV_CONTROL_URL: bootstrap.control_url,
                 protocol.ENV_JOB_ID: bootstrap.job_id,
                 protocol.ENV_WORKDIR: str(workdir),
+                **relay_env(self.config),
             }
         )
         user = self._run_as(python)

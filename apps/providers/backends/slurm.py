@@ -65,6 +65,7 @@ from apps.providers.backends.base import (
     PollOutcome,
     PollResult,
     RetryableBackendError,
+    relay_env,
 )
 from apps.providers.backends.bundle import bundle_name, install_bundle
 from apps.providers.backends.ssh_transport import SshTransport
@@ -234,6 +235,7 @@ class SlurmBackend(Backend):
             protocol.ENV_CONTROL_URL: bootstrap.control_url,
             protocol.ENV_JOB_ID: bootstrap.job_id,
             protocol.ENV_WORKDIR: workdir,
+            **relay_env(self.config),
         }
         if self.config.get("pythonpath"):
             env["PYTHONPATH"] = self.config["pythonpath"]

@@ -58,6 +58,7 @@ from apps.providers.backends.base import (
     PollResult,
     RetryableBackendError,
     failed_poll,
+    relay_env,
 )
 from apps.providers.backends.bundle import bundle_name, install_bundle
 from apps.providers.backends.ssh_transport import SshTransport
@@ -217,6 +218,7 @@ class SshBackend(Backend):
             protocol.ENV_CONTROL_URL: bootstrap.control_url,
             protocol.ENV_JOB_ID: bootstrap.job_id,
             protocol.ENV_WORKDIR: workdir,
+            **relay_env(self.config),
         }
         if self.config.get("pythonpath"):
             env["PYTHONPATH"] = str(self.config["pythonpath"])
