@@ -14,7 +14,11 @@ every heartbeat, `BENCH_RUNNER_REQUESTS_CONCURRENCY` (default 8) requests in fli
 the server process's CPU time (user + system, from /proc) over its round, divided by the
 round's requests; medians. For reference, the same requests through Django's test client in
 this process (views, middleware and queries without HTTP, uvicorn and ASGI), by this
-process's CPU time. Every answer must be a 200 and every line stored.
+process's CPU time. Then the same calls relayed (`runner.relay`): `BENCH_RELAY_BUNDLE`
+(default 100) attempts of their own, each with one call in every bundle to `POST relay`
+(the same mix), two bundles in flight, on the server as deployed: its CPU per runner call
+against the calls sent alone. Every answer (and every entry's) must be a 200 and every line
+stored.
 
 Uses its own database (`trainyard_bench_requests`, recreated each run) and Redis database
 (`BENCH_RUNNER_REQUESTS_REDIS_URL`, default db 10, flushed).
@@ -45,6 +49,7 @@ REDIS_URL = os.environ.get("BENCH_RUNNER_REQUESTS_REDIS_URL", "redis://127.0.0.1
 REQUESTS = int(os.environ.get("BENCH_RUNNER_REQUESTS", 3000))
 CONCURRENCY = int(os.environ.get("BENCH_RUNNER_REQUESTS_CONCURRENCY", 8))
 ATTEMPTS = 96  # a third for each server, a third in process
+BUNDLE = int(os.environ.get("BENCH_RELAY_BUNDLE", 100))
 SERVERS = {
     "as deployed": "config.test_settings",
     "Django's default chain": "bench.baseline_middleware_settings",
@@ -160,6 +165,44 @@ class Runners:
             assert response.status_code == 200, f"request {n}: HTTP {response.status_code}"
         return time.process_time() - started
 
+    async def bundle(self, first: int, count: int) -> None:
+        """Calls `first` to `first + count - 1` of the mix in one `POST relay`."""
+        entries = []
+        for n in range(first, first + count):
+            job_id, token, what, body = self.next_request(n)
+            entries.append({"job_id": job_id, "token": token, "call": what, "body": body})
+        data = json.dumps({"entries": entries}).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            writer.write(
+                (
+                    f"POST /api/v1/runner/relay HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+                    "X-Trainyard-Protocol: 1\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+                ).encode()
+                + data
+            )
+            await writer.drain()
+            answer = await reader.read()
+        finally:
+            writer.close()
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.split(b" ", 2)[1] == b"200", head
+        if b"transfer-encoding: chunked" in head.lower():
+            payload = payload.split(b"\r\n", 1)[1].rsplit(b"\r\n0\r\n", 1)[0]
+        statuses = {result["status"] for result in json.loads(payload)["results"]}
+        assert statuses == {200}, statuses
+
+    async def relayed_round(self, calls: int) -> None:
+        size = len(self.attempts)
+        starts = iter(range(0, calls, size))
+
+        async def relay() -> None:
+            for first in starts:
+                await self.bundle(first, min(size, calls - first))
+
+        await asyncio.gather(relay(), relay())
+
     async def round(self, requests: int) -> None:
         queue = iter(range(requests))
 
@@ -179,8 +222,11 @@ def stored_lines() -> int:
 def main() -> int:
     from tests.live import free_port, process_group, wait_until
 
-    attempts = live_attempts(ATTEMPTS)
+    attempts = live_attempts(ATTEMPTS + BUNDLE)
+    relayed_attempts, attempts = attempts[ATTEMPTS:], attempts[:ATTEMPTS]
     here = Runners(0, attempts[2::3])
+    relayed = Runners(0, relayed_attempts)  # their calls go in bundles
+    relayed_ms: list[float] = []
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     env.update(SERVER_ENV)
     cpu_ms: dict[str, list[float]] = {name: [] for name in SERVERS}
@@ -211,7 +257,13 @@ def main() -> int:
                 rates[name].append(REQUESTS / (time.perf_counter() - began))
                 cpu_ms[name].append(1000 * (group_cpu_s(web.pid) - cpu) / REQUESTS)
             in_process_ms.append(1000 * here.in_process(REQUESTS) / REQUESTS)
+            web, runners, _ = servers["as deployed"]
+            relayed.port = runners.port
+            cpu = group_cpu_s(web.pid)
+            asyncio.run(relayed.relayed_round(REQUESTS))
+            relayed_ms.append(1000 * (group_cpu_s(web.pid) - cpu) / REQUESTS)
         sent = here.sent_lines + sum(runners.sent_lines for _, runners, _ in servers.values())
+        sent += relayed.sent_lines
     assert stored_lines() == sent, f"{stored_lines():,} lines stored, {sent:,} sent"
 
     print(
@@ -227,6 +279,12 @@ def main() -> int:
     print(f"  {'in process (reference)':<24}         {baseline:5.2f} ms per request")
     deployed, default_chain = medians.values()
     print(f"  ratio as deployed ÷ Django's default chain: {deployed / default_chain:.2f}")
+    per_call = statistics.median(relayed_ms)
+    label = f"relayed, {BUNDLE} a bundle"
+    print(
+        f"  {label:<24} web CPU {per_call:5.2f} ms per runner call (as deployed); "
+        f"ratio relayed ÷ alone: {per_call / deployed:.2f}"
+    )
     return 0
 
 

@@ -30,6 +30,10 @@ load. A level that cannot get all its jobs running within `BENCH_SCALE_DISPATCH_
 (default 300) is reported as where it stops. `BENCH_SCALE_ALWAYS_HEARTBEAT=1` has the
 generator heartbeat on schedule even while its batches' answers carry the order (as runners
 did before), to measure what folding heartbeats into batches saves.
+`BENCH_SCALE_RELAY_HOSTS=H` spreads the generator's attempts over H hosts, each behind a host
+relay (`runner.relay`, played by the generator) that carries its attempts' log batches and
+heartbeats to `POST relay` in bundles; the notes then give the bundles' mean size and the web
+CPU per runner call.
 
 Targets (#19, at 1,000 live attempts): reconcile p95 ≤ 2 s; heartbeat p95 ≤ 10x idle;
 ingestion lag p95 ≤ 2 s; event to screen p95 ≤ 3x idle; 1,000 submits → all running ≤ 60 s;
@@ -70,6 +74,10 @@ WEB_WORKERS = int(os.environ.get("BENCH_SCALE_WEB_WORKERS", 1))  # uvicorn --wor
 # The generator's attempts beat on schedule even while batches' answers stand in for their
 # heartbeats, as runners did before those answers carried an order (a before/after switch).
 ALWAYS_HEARTBEAT = os.environ.get("BENCH_SCALE_ALWAYS_HEARTBEAT", "") not in ("", "0")
+# The generator's attempts spread over this many hosts, each with a host relay bundling
+# their log batches and heartbeats (`runner.relay`); 0: every runner talks on its own.
+RELAY_HOSTS = int(os.environ.get("BENCH_SCALE_RELAY_HOSTS", 0))
+RELAYED = ("logs", "heartbeat")
 PRICE_MICROS = 10_000
 WORKLOAD = 'i=0; while :; do i=$((i+1)); echo "tick $i"; sleep 1; done'
 # Product limits a thousand submits from one organization would hit; the bench lifts them.
@@ -244,6 +252,8 @@ class Loadgen:
             args += ["--heartbeat-s", str(heartbeat_s)]
         if ALWAYS_HEARTBEAT:
             args.append("--always-heartbeat")
+        if RELAY_HOSTS:
+            args += ["--relay-hosts", str(RELAY_HOSTS)]
         self.proc = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
@@ -362,10 +372,13 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
     sampler.start()
     if gen:
         gen.command("mark")
-    from live_stack import group_cpu_s
+    from live_stack import cpu_by_part, group_cpu_s
 
     web_pgid = stack.procs["web"].popen.pid
     web_cpu_before = group_cpu_s(web_pgid)
+    groups = {name: proc.popen.pid for name, proc in stack.procs.items()}
+    single = {"loadgen": gen.proc.pid} if gen else {}
+    parts_before = cpu_by_part(groups, single)
     began = time.monotonic()
     try:
         result["screen"] = browser.event_to_screen(ids[0])
@@ -377,10 +390,20 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
     result["passes"] = reconcile_passes(worker_log, start)
     result["connections"] = sampler.connections
     web_cpu = group_cpu_s(web_pgid) - web_cpu_before
+    window = time.monotonic() - began
+    parts = cpu_by_part(groups, single)
+    result["cores"] = {name: (parts[name] - parts_before[name]) / window for name in parts}
     if gen:
         report = json.loads(gen.command("report"))
-        requests = sum(len(times) for times in report["rtt"].values())
+        calls = sum(len(times) for kind, times in report["rtt"].items() if kind != "bundle")
+        requests = sum(
+            len(times)
+            for kind, times in report["rtt"].items()
+            if not (RELAY_HOSTS and kind in RELAYED)
+        )
         result["web_cpu_ms_per_request"] = 1000 * web_cpu / max(1, requests)
+        result["web_cpu_ms_per_call"] = 1000 * web_cpu / max(1, calls)
+        result["bundle_sizes"] = report.get("bundle_sizes", [])
         result["heartbeat"] = report["rtt"].get("heartbeat", [])
         result["batch_rtt"] = report["rtt"].get("logs", [])
         result["requests_per_attempt_s"] = requests / max(1, n) / report["window_s"]
@@ -455,8 +478,17 @@ def report(idle_values: dict, results: list[dict]) -> None:
                 f"{r['requests_per_attempt_s']:.2f} requests/s per attempt, "
                 f"web CPU {r['web_cpu_ms_per_request']:.1f} ms per request"
             )
+        if r.get("bundle_sizes"):
+            sizes = r["bundle_sizes"]
+            notes.append(
+                f"{len(sizes)} bundles of {sum(sizes) / len(sizes):.0f} calls on average, "
+                f"web CPU {r['web_cpu_ms_per_call']:.2f} ms per runner call"
+            )
         if r.get("errors"):
             notes.append(f"errors {r['errors']}")
+        if r.get("cores"):
+            busiest = sorted(r["cores"].items(), key=lambda item: -item[1])
+            notes.append("cores: " + ", ".join(f"{k} {v:.2f}" for k, v in busiest if v >= 0.01))
         if r.get("screen_error"):
             notes.append(f"job page: {r['screen_error'].splitlines()[0]}")
         hb_text = "—" if hb is None else f"{hb * 1000:.0f} ms ({hb / hb_idle:.1f}x)"

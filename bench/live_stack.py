@@ -42,6 +42,37 @@ def group_cpu_s(pgid: int) -> float:
     return total
 
 
+def cpu_by_part(groups: dict[str, int], pids: dict[str, int] | None = None) -> dict[str, float]:
+    """CPU seconds used so far by each part of the machine: the process groups in `groups`
+    and the single processes in `pids` by their names, then PostgreSQL, Redis and Chromium by
+    their command names, and `other` for the rest."""
+    tick = os.sysconf("SC_CLK_TCK")
+    by_group = {pgid: name for name, pgid in groups.items()}
+    by_pid = {pid: name for name, pid in (pids or {}).items()}
+    totals = dict.fromkeys([*groups, *(pids or {}), "postgres", "redis", "chromium", "other"], 0.0)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw.rpartition(")")[2].split()
+        name = by_pid.get(int(entry.name)) or by_group.get(int(fields[2]))
+        if name is None:
+            if comm.startswith("postgres"):
+                name = "postgres"
+            elif comm.startswith("redis"):
+                name = "redis"
+            elif comm.startswith(("chrom", "headless")):
+                name = "chromium"
+            else:
+                name = "other"
+        totals[name] += (int(fields[11]) + int(fields[12])) / tick
+    return totals
+
+
 def web_answers(port: int) -> bool:
     """Whether a web server on 127.0.0.1:`port` answers its health check."""
     import http.client

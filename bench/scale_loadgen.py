@@ -22,6 +22,12 @@ generator plays the runner:
   retried with the runner's backoff (spec, started, log batches, exit; a heartbeat is
   just sent again at its next interval), counted in `errors` each time.
 
+With `--relay-hosts H` the attempts are spread over H hosts, each with a host relay
+(`runner.relay`) played here as it works: the attempts' log batches and heartbeats wait in
+their host's queue, which sends them to `POST relay` one bundle at a time (everything that
+waited while the last one was out, up to 500 entries, gzipped from 32 kB), each on a fresh
+connection; a round trip is then what the runner sees, relay wait included.
+
 It records, per request kind, the round trip of every request, and for every line the time
 from its "print" to the answer that stored it (ingestion lag). Commands on stdin, one per
 line: `mark` (forget what was recorded so far), `report` (print one JSON line of what was
@@ -34,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gzip
 import json
 import os
 import random
@@ -59,14 +66,16 @@ class Http:
         self.port = int(port or 80)
 
     async def request(
-        self, method: str, path: str, token: str, body: bytes = b""
+        self, method: str, path: str, token: str, body: bytes = b"", encoding: str = ""
     ) -> tuple[int, bytes, float]:
         started = time.perf_counter()
         reader, writer = await asyncio.open_connection(self.host, self.port)
         try:
+            auth = f"Authorization: Bearer {token}\r\n" if token else ""
+            encoded = f"Content-Encoding: {encoding}\r\n" if encoding else ""
             head = (
                 f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                f"Authorization: Bearer {token}\r\nX-Trainyard-Protocol: 1\r\n"
+                f"{auth}{encoded}X-Trainyard-Protocol: 1\r\n"
                 "Content-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             )
@@ -94,6 +103,64 @@ def _dechunk(data: bytes) -> bytes:
     return bytes(out)
 
 
+class HostRelay:
+    """`runner.relay` of one host, played: calls wait in a queue; one bundle at a time goes
+    to `POST relay` with everything that waited (up to RELAY_MAX_ENTRIES); each call gets
+    its entry's answer, or a 502 when the bundle got none."""
+
+    RELAY_PATH = "/api/v1/runner/relay"
+    RELAY_MAX_ENTRIES = 500
+    GZIP_MIN_BYTES = 32 * 1024
+
+    def __init__(self, http: Http, rec: Recorder) -> None:
+        self.http, self.rec = http, rec
+        self.waiting: list[tuple[bytes, asyncio.Future]] = []
+        self.wake = asyncio.Event()
+        self.task = asyncio.ensure_future(self.forward_forever())
+
+    async def submit(self, job_id: str, token: str, call: str, body: bytes):
+        entry = json.dumps({"job_id": job_id, "token": token, "call": call}).encode()
+        future = asyncio.get_running_loop().create_future()
+        started = time.perf_counter()
+        self.waiting.append((entry[:-1] + b', "body": ' + (body or b"{}") + b"}", future))
+        self.wake.set()
+        status, payload = await future
+        return status, payload, time.perf_counter() - started
+
+    async def forward_forever(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()
+            while self.waiting:
+                bundle = self.waiting[: self.RELAY_MAX_ENTRIES]
+                del self.waiting[: self.RELAY_MAX_ENTRIES]
+                await self.forward(bundle)
+
+    async def forward(self, bundle: list[tuple[bytes, asyncio.Future]]) -> None:
+        body = b'{"entries": [' + b", ".join(entry for entry, _ in bundle) + b"]}"
+        encoding = ""
+        if len(body) >= self.GZIP_MIN_BYTES:
+            body, encoding = gzip.compress(body, compresslevel=1, mtime=0), "gzip"
+        try:
+            status, payload, seconds = await self.http.request(
+                "POST", self.RELAY_PATH, "", body, encoding
+            )
+        except OSError:
+            status, payload = 0, b""
+        results = json.loads(payload)["results"] if status == 200 else None
+        if results is None:
+            self.rec.error("bundle")
+        else:
+            self.rec.round_trip("bundle", seconds)
+            self.rec.bundle_sizes.append(len(bundle))
+        for index, (_, future) in enumerate(bundle):
+            if results is None:
+                future.set_result((502, b""))
+            else:
+                result = results[index]
+                future.set_result((result["status"], json.dumps(result["body"]).encode()))
+
+
 class Recorder:
     def __init__(self) -> None:
         self.mark()
@@ -104,6 +171,7 @@ class Recorder:
     def mark(self) -> None:
         self.rtt: dict[str, list[float]] = {}
         self.lag: list[float] = []
+        self.bundle_sizes: list[int] = []
         self.errors: dict[str, int] = {}
         self.since = time.time()
 
@@ -119,6 +187,7 @@ class Recorder:
             "window_s": time.time() - self.since,
             "rtt": self.rtt,
             "lag": self.lag,
+            "bundle_sizes": self.bundle_sizes,
             "errors": self.errors,
             "attempts": self.attempts,
             "running": self.running,
@@ -128,9 +197,11 @@ class Recorder:
 class Attempt:
     """One attempt, played as the runner plays it."""
 
-    def __init__(self, http: Http, rec: Recorder, args, job_id: str, token: str) -> None:
+    def __init__(
+        self, http: Http, rec: Recorder, args, job_id: str, token: str, relay: HostRelay | None
+    ) -> None:
         self.http, self.rec, self.args = http, rec, args
-        self.token = token
+        self.token, self.job_id, self.relay = token, job_id, relay
         self.base = f"/api/v1/runner/jobs/{job_id}/"
         self.exit_code: int | None = None  # set by `exit`, or by a terminate order
         self.heard_at = float("-inf")  # when a batch's answer last carried an order
@@ -138,9 +209,14 @@ class Attempt:
     async def call(self, method: str, what: str, body: object = None) -> tuple[int, bytes]:
         data = b"" if body is None else json.dumps(body).encode()
         try:
-            status, payload, seconds = await self.http.request(
-                method, self.base + what, self.token, data
-            )
+            if self.relay is not None and what in ("logs", "heartbeat"):
+                status, payload, seconds = await self.relay.submit(
+                    self.job_id, self.token, what, data
+                )
+            else:
+                status, payload, seconds = await self.http.request(
+                    method, self.base + what, self.token, data
+                )
         except OSError:
             self.rec.error(what)
             return 0, b""
@@ -232,6 +308,7 @@ class Attempt:
 
 async def main(args) -> None:
     http, rec = Http(args.url), Recorder()
+    relays = [HostRelay(http, rec) for _ in range(args.relay_hosts)]
     attempts: list[Attempt] = []
     tasks: list[asyncio.Task] = []
     loop = asyncio.get_running_loop()
@@ -244,7 +321,8 @@ async def main(args) -> None:
             line, _, rest = bytes(buffered).partition(b"\n")
             buffered[:] = rest
             job_id, _, token = line.decode().partition(" ")
-            attempt = Attempt(http, rec, args, job_id, token.strip())
+            relay = relays[len(attempts) % len(relays)] if relays else None
+            attempt = Attempt(http, rec, args, job_id, token.strip(), relay)
             attempts.append(attempt)
             tasks.append(asyncio.ensure_future(attempt.run()))
 
@@ -276,4 +354,5 @@ if __name__ == "__main__":
     parser.add_argument("--line-s", type=float, default=1.0)
     parser.add_argument("--heartbeat-s", type=float, default=0.0)
     parser.add_argument("--always-heartbeat", action="store_true")
+    parser.add_argument("--relay-hosts", type=int, default=0)
     asyncio.run(main(parser.parse_args()))

@@ -119,6 +119,21 @@ async def test_log_batches_never_take_the_last_slot_so_heartbeats_get_in_at_once
     assert inner.most_inside == 3
 
 
+async def test_a_relays_bundle_waits_as_a_log_batch_does():
+    inner = HeldApp()
+    gate = RunnerAdmission(inner, limit=2, timeout_s=0.2)
+    first = asyncio.create_task(_request(gate, "/api/v1/runner/relay"))
+    await _until(lambda: inner.inside == 1)
+
+    second = asyncio.create_task(_request(gate, "/api/v1/runner/relay"))
+    beat = asyncio.create_task(_request(gate, HEARTBEAT))
+    await _until(lambda: inner.inside == 2)  # the heartbeat took the slot left over
+    assert inner.paths == ["/api/v1/runner/relay", HEARTBEAT]
+    assert (await second)[0] == 503  # a bundle, like a batch, never takes the last slot
+    inner.release.set()
+    assert [(await task)[0] for task in (first, beat)] == [200, 200]
+
+
 @pytest.mark.parametrize(
     "path",
     [

@@ -47,21 +47,29 @@ def grace_for(reason: str | None) -> float:
     return 0.0 if reason in NO_GRACE_REASONS else settings.TERMINATE_GRACE_S
 
 
-def enforce_limits(job_id: int) -> None:
-    """Bill the job to now and terminate it when a limit binds."""
+def enforce_limits(job_id: int, *, skip_locked: bool = False) -> bool:
+    """Bill the job to now and terminate it when a limit binds. With `skip_locked`, a job
+    whose row another transaction holds right now (its runner's log batch, a transition) is
+    left alone: the reconcile pass takes it up again next time, and no minute is lost, since
+    a bill posts every minute owed. Returns whether it billed the job."""
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",), no_key=True).filter(pk=job_id).first()
+        job = (
+            Job.objects.select_for_update(of=("self",), no_key=True, skip_locked=skip_locked)
+            .filter(pk=job_id)
+            .first()
+        )
         if job is None or job.state not in LIVE_JOB_STATES:
-            return
+            return False
         now = timezone.now()
         accrued = bill(job, now)
         if job.state in ENDING_STATES:
-            return
+            return True
         reason = _binding_limit(job, accrued, job.attempts.all(), now)
         if reason:
             stop_billing(job)
     if reason:
         services.job_terminate(job=job, reason=reason)
+    return True
 
 
 def enforce_live_limits(now: datetime | None = None, batch: int | None = None) -> int:
@@ -76,7 +84,8 @@ def enforce_live_limits(now: datetime | None = None, batch: int | None = None) -
     binds, then what must be settled (an ended attempt, a meter to open, a spend out of
     step), then the jobs furthest behind. Each bill posts every whole minute owed, so a job
     left for the next pass loses nothing: its minutes are posted a pass later, and a pass
-    stays bounded however many jobs are live. Returns how many jobs it billed."""
+    stays bounded however many jobs are live. A job whose row is held at that moment is
+    skipped and billed a pass later. Returns how many jobs it billed."""
     now = now or timezone.now()
     batch = settings.RECONCILE_BILLING_BATCH if batch is None else batch
     jobs = list(
@@ -108,9 +117,9 @@ def enforce_live_limits(now: datetime | None = None, batch: int | None = None) -
         if urgency is not None:
             urgent.append((urgency, job.pk))
     due = [job_id for _, job_id in sorted(urgent)[:batch]]
-    for job_id in due:
-        enforce_limits(job_id)
-    return len(due)
+    # A pass never waits on a job's row: one held (a log batch being stored; a relay's
+    # bundle holds dozens at once) is billed next pass.
+    return sum(enforce_limits(job_id, skip_locked=True) for job_id in due)
 
 
 BINDS, SETTLE, BEHIND = 0, 1, 2  # `_urgency`'s classes, most urgent first

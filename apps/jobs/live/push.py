@@ -64,6 +64,37 @@ def bump_live_seq(job_pk: int, *, user_lines: int = 0, system_lines: int = 0) ->
     return row[0]
 
 
+def bump_live_seqs(lines: dict[int, list[tuple[int, int]]]) -> dict[int, list[int]]:
+    """`bump_live_seq` for many jobs in one statement (a relay's bundle): `lines` maps a job
+    id to the (user lines, system lines) of each of its writes; the answer maps it to the
+    live sequence numbers those writes take, in order. Rows are locked in id order, as two
+    bundles touching the same jobs must. Raises NotFound when a job is gone. PostgreSQL
+    only."""
+    ids = sorted(lines)
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} AS j SET live_seq = j.live_seq + v.writes, "
+            "user_log_lines = j.user_log_lines + v.users, "
+            "system_log_lines = j.system_log_lines + v.systems "
+            f"FROM (SELECT id FROM {table} WHERE id = ANY(%s) ORDER BY id FOR NO KEY UPDATE) "
+            "AS locked, unnest(%s::bigint[], %s::int[], %s::int[], %s::int[]) "
+            "AS v(id, writes, users, systems) "
+            "WHERE j.id = locked.id AND j.id = v.id RETURNING j.id, j.live_seq",
+            [
+                ids,
+                ids,
+                [len(lines[pk]) for pk in ids],
+                [sum(user for user, _ in lines[pk]) for pk in ids],
+                [sum(system for _, system in lines[pk]) for pk in ids],
+            ],
+        )
+        last = dict(cursor.fetchall())
+    if len(last) != len(ids):
+        raise NotFound("The job no longer exists.")
+    return {pk: list(range(last[pk] - len(lines[pk]) + 1, last[pk] + 1)) for pk in ids}
+
+
 def push_on_commit(
     *,
     job,

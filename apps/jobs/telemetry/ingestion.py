@@ -227,21 +227,42 @@ def ingest_many(batches: list[Batch]) -> list[IngestResult | Exception]:
 
 def _ingest_together(batches: list[Batch], todo: list[int], results: list) -> list:
     """`ingest_many`'s one-transaction way; raises, having stored nothing, when any batch
-    cannot go that way."""
+    cannot go that way.
+
+    A batch whose new lines may hold metrics, a grading or a serving line is recorded as a
+    batch alone is (its job's row locked first, under which those are written). The rest,
+    nearly all, need only their jobs' live sequence and line counts: one UPDATE for all of
+    them, last, so the bundle holds those rows for the shortest time."""
     masked = {
         index: _masked(batches[index].attempt, batches[index].attempt.job, batches[index].lines)
         for index in todo
     }
-    # Jobs' rows are locked (their live sequence) in id order, as every bundle does, so two
-    # bundles never wait on each other in a cycle.
+    # Jobs' rows are locked in id order, as every bundle does, so two bundles never wait on
+    # each other in a cycle.
     todo = sorted(todo, key=lambda index: (batches[index].attempt.job_id, index))
     with transaction.atomic():
         connection.ensure_connection()
         inserted = _copy_many([(batches[index], masked[index]) for index in todo])
+        plain: list[tuple[int, list]] = []
         for index, rows in zip(todo, inserted, strict=True):
             attempt, lines = batches[index]
-            _record_inserted(attempt, attempt.job, lines, rows)
             results[index] = IngestResult(accepted=len(rows), duplicates=len(lines) - len(rows))
+            if _needs_parsing(_user_text(rows)):
+                _record_inserted(attempt, attempt.job, lines, rows)
+            elif rows:
+                plain.append((index, rows))
+        writes: dict[int, list[tuple[int, int]]] = {}
+        for index, rows in plain:
+            user = sum(1 for row in rows if row[1] == LogLine.Source.USER)
+            writes.setdefault(batches[index].attempt.job_id, []).append((user, len(rows) - user))
+        seqs = push.bump_live_seqs(writes) if writes else {}
+        for index, rows in plain:
+            attempt = batches[index].attempt
+            push.push_on_commit(
+                job=attempt.job,
+                seq=seqs[attempt.job_id].pop(0),
+                log_seqs=(attempt.number, [row[0] for row in rows]),
+            )
     return results
 
 
@@ -299,12 +320,26 @@ def _seq_list(seqs: list[int]) -> str:
     return shown + (", …" if len(seqs) > MAX_DROP_NOTES else "")
 
 
+def _user_text(inserted) -> str:
+    """The user lines of a batch's inserted rows, joined for a scan."""
+    return "\n".join([row[2] for row in inserted if row[1] == LogLine.Source.USER])
+
+
+def _needs_parsing(text: str) -> bool:
+    """Whether a batch's user text may hold a metric, grading or serving line."""
+    return (
+        may_hold_metric_lines(text)
+        or f'"{protocol.LINE_GRADING}"' in text
+        or f'"{protocol.LINE_SERVING}"' in text
+    )
+
+
 def _store_parsed(job: Job, attempt: int, inserted, times, dropped: _Dropped) -> list[int]:
     """Metric points and grading events of the inserted lines, in a savepoint: whatever the
     database still refuses there costs these writes, never the lines."""
     # Most batches hold no metric, grading or serving line: one scan of the batch's user
     # text says so, and their lines are not looked at one by one.
-    text = "\n".join([row[2] for row in inserted if row[1] == LogLine.Source.USER])
+    text = _user_text(inserted)
     try:
         with transaction.atomic():
             metric_ids = (

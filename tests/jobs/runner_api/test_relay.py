@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.jobs import services
 from apps.jobs.execution import supervision
 from apps.jobs.execution.tokens import token_for
-from apps.jobs.models import Attempt, Job, LogLine
+from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
 from apps.jobs.runner_api.auth import TOKEN_GRACE_AFTER_END_S
 from apps.jobs.states import JobState
 from runner import protocol
@@ -217,3 +217,31 @@ def test_a_bundle_that_is_not_json_or_of_another_protocol_is_refused(attempts):
     assert newer.json()["error"]["type"] == protocol.ERROR_UNSUPPORTED_PROTOCOL
     assert read.status_code == 405
     assert _stored(attempts[0]) == []
+
+
+def test_metric_lines_in_a_bundle_are_parsed_and_every_write_takes_a_live_sequence(attempts):
+    first, second, _ = attempts
+    before = {
+        job.pk: job.live_seq for job in Job.objects.filter(pk__in=[first.job_id, second.job_id])
+    }
+
+    results = _results(
+        [
+            _logs(first, ["plain"]),
+            _logs(second, ["{'loss': 2.5, 'step': 1}"]),
+            _logs(first, ["plain again"], first_seq=2),
+        ]
+    )
+
+    assert {result["status"] for result in results} == {200}
+    assert list(MetricPoint.objects.filter(job_id=second.job_id).values_list("step", "loss")) == [
+        (1, 2.5)
+    ]
+    after = {
+        job.pk: job.live_seq for job in Job.objects.filter(pk__in=[first.job_id, second.job_id])
+    }
+    assert after == {
+        first.job_id: before[first.job_id] + 2,
+        second.job_id: before[second.job_id] + 1,
+    }
+    assert Job.objects.get(pk=first.job_id).user_log_lines == 2
