@@ -82,6 +82,64 @@ def record(
     return meter
 
 
+def record_many(readings: list[dict]) -> None:
+    """`record(**reading)` for each reading (its keyword arguments), in one transaction:
+    the meters read and locked in one query, the usage postings in one
+    `ledger.transfer_many`, the meters written in one UPDATE. A reading whose attempt has no
+    meter yet goes through `record` on its own (it opens one)."""
+    if not readings:
+        return
+    with transaction.atomic():
+        meters = {
+            meter.attempt_id: meter
+            for meter in Meter.objects.select_for_update(no_key=True)
+            .filter(attempt_id__in=[reading["attempt_id"] for reading in readings])
+            .order_by("attempt_id")
+        }
+        postings, changed = [], []
+        for reading in readings:
+            meter = meters.get(reading["attempt_id"])
+            if meter is None:
+                record(**reading)
+                continue
+            minutes, price = reading["billed_minutes"], reading["price_micros_hr"]
+            touched = False
+            if minutes > meter.billed_minutes:
+                owed = cost_micros(minutes, price)
+                amount = owed - meter.posted_micros
+                if amount > 0:
+                    postings.append(_usage_posting(reading, amount, minutes - meter.billed_minutes))
+                meter.billed_minutes, meter.posted_micros = minutes, owed
+                touched = True
+            if reading.get("ended_at") is not None and meter.ended_at is None:
+                meter.ended_at = reading["ended_at"]
+                ledger.changed_on_commit(reading["organization_id"])
+                touched = True
+            if touched:
+                changed.append(meter)
+        ledger.transfer_many(postings)
+        if changed:
+            Meter.objects.bulk_update(changed, ["billed_minutes", "posted_micros", "ended_at"])
+
+
+def _usage_posting(reading: dict, amount: int, minutes: int) -> ledger.Posting:
+    return ledger.Posting(
+        organization_id=reading["organization_id"],
+        debit=ledger.Kind.WALLET,
+        credit=ledger.Kind.USAGE,
+        amount_micros=amount,
+        code=ledger.Code.USAGE,
+        idempotency_key=f"usage:{reading['attempt_id']}:{reading['billed_minutes']}",
+        links={
+            "project_id": reading["project_id"],
+            "job_id": reading["job_id"],
+            "attempt_id": reading["attempt_id"],
+            "minutes": minutes,
+            "minutes_to": reading["billed_minutes"],
+        },
+    )
+
+
 def burn_micros_hr(organization_id: int, project_id: int | None = None) -> int:
     """What the organization (or one project) spends per hour now: the sum of its open
     meters' captured prices."""

@@ -110,6 +110,64 @@ def bill(job: Job, now: datetime | None = None) -> int:
     return total
 
 
+def bill_many(jobs: list[Job], now: datetime) -> dict[int, list[Attempt]]:
+    """`bill` of each job (all locked by the caller, in one transaction), with the writes
+    of all of them together: one query for their attempts, one UPDATE for the attempts
+    whose minutes moved, their usage through `usage.record_many`, one UPDATE for the jobs
+    whose spend moved and one for their live sequences. Sets each job's `accrued_micros`;
+    returns each job's attempts, as billed."""
+    by_job: dict[int, list[Attempt]] = {job.pk: [] for job in jobs}
+    for attempt in Attempt.objects.filter(job_id__in=by_job).order_by("job_id", "number"):
+        by_job[attempt.job_id].append(attempt)
+    moved, readings, unchanged_live = [], [], []
+    for job in jobs:
+        for attempt in by_job[job.pk]:
+            if attempt.billing_started_at is None:
+                continue
+            minutes = billable_minutes(attempt, now)
+            if minutes != attempt.billed_minutes:
+                attempt.billed_minutes = minutes
+                moved.append(attempt)
+                readings.append(_reading(job, attempt))
+            elif attempt.ended_at is None:
+                unchanged_live.append((job, attempt))
+    if unchanged_live:
+        metered = usage.metered([attempt.pk for _, attempt in unchanged_live])
+        readings += [_reading(job, a) for job, a in unchanged_live if a.pk not in metered]
+    if moved:
+        Attempt.objects.bulk_update(moved, ["billed_minutes"])
+    usage.record_many(readings)
+    spent = []
+    for job in jobs:
+        total = sum(a.cost_micros for a in by_job[job.pk] if a.billing_started_at is not None)
+        if total != job.accrued_micros:
+            job.accrued_micros = total
+            spent.append(job)
+    if spent:
+        Job.objects.bulk_update(spent, ["accrued_micros"])
+        seqs = push.bump_live_seqs({job.pk: [(0, 0)] for job in spent})
+        for job in spent:
+            push.push_on_commit(job=job, seq=seqs[job.pk][0], state_changed=True)
+    return by_job
+
+
+def _reading(job: Job, attempt: Attempt) -> dict:
+    """`meter`'s reading of the attempt, for `usage.record_many`."""
+    resource_type, resource_id, resource_name = hooks_for(job).usage_resource(job)
+    return {
+        "attempt_id": attempt.pk,
+        "job_id": job.pk,
+        "organization_id": job.organization_id,
+        "project_id": job.project_id,
+        "resource_type": resource_type,
+        "resource_id": resource_id,
+        "resource_name": resource_name,
+        "price_micros_hr": attempt.price_micros_hr,
+        "billed_minutes": attempt.billed_minutes,
+        "ended_at": attempt.ended_at,
+    }
+
+
 def meter(job: Job, attempt: Attempt) -> None:
     """Tell billing where the attempt stands: its price, its minutes so far, whether it has
     ended (its meter then stops counting towards the burn rate)."""

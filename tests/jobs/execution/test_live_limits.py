@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.billing import budgets
-from apps.billing.models import Budget, BudgetNotice, Meter, Transfer
+from apps.billing.models import Account, Budget, BudgetNotice, Meter, Transfer
 from apps.billing.usage import burn_micros_hr
 from apps.jobs import services
 from apps.jobs.execution import attempts, dispatch, limits
@@ -272,3 +272,50 @@ def test_a_pass_bills_at_most_its_batch_most_urgent_first_and_the_rest_lose_no_m
     assert Attempt.objects.get(job=near).billed_minutes == 3
     assert near.accrued_micros == 30_000  # all three minutes, posted once
     assert [t.minutes_to for t in Transfer.objects.filter(job=near, code="usage")] == [3]
+
+
+def test_billing_jobs_together_posts_exactly_what_billing_each_alone_posts():
+    together_org, alone_org = OrganizationFactory(), OrganizationFactory()
+    age = timedelta(minutes=7, seconds=20)
+    together = [_running(together_org, age=age) for _ in range(3)]
+    alone = [_running(alone_org, age=age) for _ in range(3)]
+    now = timezone.now()
+
+    assert limits._bill_behind([job.pk for job in together], now) == 3
+    for job in alone:
+        assert limits.enforce_limits(job.pk)
+
+    def books(org) -> dict:
+        jobs = Job.objects.filter(organization=org).order_by("pk")
+        return {
+            "accrued": [job.accrued_micros for job in jobs],
+            "live_seq_moved": [job.live_seq > 0 for job in jobs],
+            "attempts": list(
+                Attempt.objects.filter(job__organization=org)
+                .order_by("job_id")
+                .values_list("billed_minutes", flat=True)
+            ),
+            "meters": list(
+                Meter.objects.filter(organization=org)
+                .order_by("job_id")
+                .values_list("billed_minutes", "posted_micros", "ended_at")
+            ),
+            "usage": list(
+                Transfer.objects.filter(organization=org, code="usage")
+                .order_by("job_id")
+                .values_list("amount_micros", "state", "minutes", "minutes_to")
+            ),
+            "burn": burn_micros_hr(org.pk),
+        }
+
+    assert books(together_org) == books(alone_org)
+    assert books(together_org)["usage"] == [(70_000, "posted", 7, 7)] * 3
+    wallets = {
+        org: Account.objects.get(organization=org, kind="wallet").posted_debits
+        for org in (together_org, alone_org)
+    }
+    assert wallets == {together_org: 210_000, alone_org: 210_000}
+    # Again at the same moment: nothing owed, nothing posted twice.
+    limits._bill_behind([job.pk for job in together], now)
+    assert Transfer.objects.filter(organization=together_org, code="usage").count() == 3
+    assert Account.objects.get(organization=together_org, kind="wallet").posted_debits == 210_000
