@@ -8,11 +8,17 @@
    fetch chunk of 2,000 rows; 100 rows never do) is about 1.
 2. Submit: `POST /api/v1/compute/jobs` with the hold (band lookup, budget check, wallet lock,
    pending transfer) against the same request with the hold switched off in-process.
+3. Reconcile's billing: `BILLED` live jobs each a minute further behind every round, billed
+   together (`limits._bill_behind`, what the pass does for jobs only minutes behind) against
+   as many of another organization's billed one by one (`limits.enforce_limits`, the way
+   every job was billed before), taking turns for `BILLING_ROUNDS` rounds: wall time per
+   job billed (medians), and the ratio.
 
 Uses its own database (`trainyard_bench_billing`, recreated each run) and Redis database
 (`BENCH_BILLING_REDIS_URL`, default db 12, flushed). Rows are made with generate_series.
 
     .venv/bin/python bench/bench_billing.py
+    BENCH_BILLING_ONLY=reconcile .venv/bin/python bench/bench_billing.py   # part 3 alone
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ BIG = int(os.environ.get("BENCH_USAGE_TRANSFERS", 100_000))
 SMALL = 100
 REPEATS = 20
 SUBMITS = 60
+BILLED = int(os.environ.get("BENCH_BILLED_JOBS", 100))
+BILLING_ROUNDS = 5
 
 
 def recreate_database() -> None:
@@ -274,11 +282,91 @@ def bench_submit() -> float:
     return ratio
 
 
+def live_jobs(slug: str, count: int) -> list[int]:
+    """`count` running jobs of a new organization on a roomy multi-tenant offer."""
+    from apps.accounts import services as accounts
+    from apps.billing import ledger
+    from apps.catalog.models import Accelerator, Offer
+    from apps.jobs import services
+    from apps.jobs.execution import dispatch
+    from apps.jobs.states import JobState
+    from apps.providers.models import Provider
+    from tests.jobs.helpers import make_job
+
+    provider, _ = Provider.objects.get_or_create(
+        name="bench-roomy", defaults={"kind": "ssh", "config": {"multi_tenant": True}}
+    )
+    accelerator = Accelerator.objects.get(name="nvidia-a100-80gb")
+    if not Offer.objects.filter(provider=provider).exists():
+        Offer.objects.create(
+            provider=provider,
+            accelerator=accelerator,
+            gpu_counts=[1],
+            capacity=10 * count,
+            price_per_gpu_hour_micros=600_000,
+            min_price_per_gpu_hour_micros=600_000,
+            max_price_per_gpu_hour_micros=600_000,
+        )
+    org = accounts.organization_create(name=slug, slug=slug, compute_enabled=True)
+    ledger.grant(organization=org, amount_micros=10**12, idempotency_key=f"bench:{slug}")
+    compute = {"accelerator": accelerator.name, "gpu_count": 1, "ephemeral_disk_gb": 10}
+    ids = []
+    for _ in range(count):
+        job = make_job(org, compute=compute)
+        assert dispatch.allocate(job.pk) is not None
+        for step in (JobState.PROVISIONING, JobState.RUNNING):
+            services.job_transition(job_id=job.pk, to=step)
+        ids.append(job.pk)
+    return ids
+
+
+def bench_reconcile_billing() -> float:
+    from datetime import timedelta
+
+    from django.db.models import F
+    from django.utils import timezone
+
+    from apps.billing.models import Transfer
+    from apps.jobs.execution import limits
+    from apps.jobs.models import Attempt
+
+    together, alone = live_jobs("bill-together", BILLED), live_jobs("bill-alone", BILLED)
+    per_job = {"together": [], "alone": []}
+    for _ in range(BILLING_ROUNDS):
+        Attempt.objects.filter(job_id__in=together + alone).update(
+            billing_started_at=F("billing_started_at") - timedelta(minutes=1)
+        )
+        now = timezone.now()
+        started = time.perf_counter()
+        assert limits._bill_behind(together, now) == BILLED
+        per_job["together"].append((time.perf_counter() - started) / BILLED)
+        started = time.perf_counter()
+        for job_id in alone:
+            assert limits.enforce_limits(job_id)
+        per_job["alone"].append((time.perf_counter() - started) / BILLED)
+    postings = {
+        slug: Transfer.objects.filter(organization__slug=slug, code="usage").count()
+        for slug in ("bill-together", "bill-alone")
+    }
+    assert postings["bill-together"] == postings["bill-alone"] == BILLED * BILLING_ROUNDS
+    together_ms = 1000 * statistics.median(per_job["together"])
+    alone_ms = 1000 * statistics.median(per_job["alone"])
+    ratio = together_ms / alone_ms
+    print(
+        f"reconcile billing, {BILLED} jobs a minute behind, {BILLING_ROUNDS} rounds: "
+        f"together {together_ms:.2f} ms a job, one by one {alone_ms:.2f} ms a job, "
+        f"ratio {ratio:.2f} (reported)"
+    )
+    return ratio
+
+
 def main() -> int:
     recreate_database()
     setup_django()
-    bench_usage()
-    bench_submit()
+    if os.environ.get("BENCH_BILLING_ONLY") != "reconcile":
+        bench_usage()
+        bench_submit()
+    bench_reconcile_billing()
     return 0
 
 
