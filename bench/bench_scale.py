@@ -3,8 +3,8 @@
 The real stack runs (uvicorn web with `BENCH_SCALE_WEB_WORKERS` processes, default 1, a
 Celery worker of concurrency 2, beat) with production timings (5 s reconcile tick, 5 s
 heartbeats, `live_stack.production_stack`), on a database of its own
-(`trainyard_bench_scale`) and Redis db 9 (`BENCH_SCALE_REDIS_URL`). Two kinds of levels, one
-after the other:
+(`trainyard_bench_scale`) and Redis db 9 (`BENCH_SCALE_REDIS_URL`, flushed). Two kinds of
+levels, one after the other:
 
 - **Protocol load generator** (`scale_loadgen.py`, labelled `loadgen` below): N jobs
   submitted through the API and dispatched by the worker onto a local host provider whose
@@ -510,6 +510,12 @@ def main() -> int:
     from live_stack import production_stack, setup_django, stop_runners
 
     setup_django(BENCH_DB, REDIS_URL)
+    import redis
+
+    # The database is new, so user ids start again: a Redis kept from an earlier run would
+    # still count that run's sockets against the new user of the same id (at 20 every job
+    # page's socket is refused, and event to screen fails whatever the load).
+    redis.Redis.from_url(REDIS_URL).flushdb()
     os.environ.update(STACK_ENV)
     results: list[dict] = []
     root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
