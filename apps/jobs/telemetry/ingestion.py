@@ -202,7 +202,8 @@ def ingest_many(batches: list[Batch]) -> list[IngestResult | Exception]:
     """Store the batches of many attempts (a relay's bundle, docs/runner-protocol.md): what
     `ingest` of each, one after another, would store and answer, in the order given. Each
     place holds the batch's IngestResult, or the exception its `ingest` raised (a job
-    deleted meanwhile), which touched no other batch.
+    deleted meanwhile; a bug), which touched no other batch: a batch that cannot be stored
+    must never hold back the others its relay sends with it.
 
     On PostgreSQL, when no batch repeats a stored seq (nearly always), every line of every
     batch goes in by one binary COPY and the rest in one transaction: per batch, what is
@@ -216,11 +217,13 @@ def ingest_many(batches: list[Batch]) -> list[IngestResult | Exception]:
             return _ingest_together(batches, todo, results)
         except (DatabaseError, NotFound, psycopg.Error):
             logger.info("a bundle of %d batches is stored batch by batch", len(todo))
+        except Exception:  # a bug: still, no batch may hold the others back
+            logger.exception("a bundle of %d batches is stored batch by batch", len(todo))
     for index in todo:
         attempt, lines = batches[index]
         try:
             results[index] = ingest(attempt=attempt, job=attempt.job, lines=lines)
-        except (DatabaseError, NotFound) as exc:
+        except Exception as exc:  # its answer alone (a 404, a 500), never the bundle's
             results[index] = exc
     return results
 

@@ -17,6 +17,7 @@ from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
 from apps.jobs.runner_api.auth import TOKEN_GRACE_AFTER_END_S
 from apps.jobs.states import JobState
+from apps.jobs.telemetry import ingestion
 from runner import protocol
 from tests.jobs.helpers import running, submit_on
 
@@ -245,3 +246,22 @@ def test_metric_lines_in_a_bundle_are_parsed_and_every_write_takes_a_live_sequen
         second.job_id: before[second.job_id] + 1,
     }
     assert Job.objects.get(pk=first.job_id).user_log_lines == 2
+
+
+def test_a_batch_that_cannot_be_stored_for_a_bug_is_a_500_for_it_alone(attempts, monkeypatch):
+    first, second, _ = attempts
+    real_masker = ingestion.secret_masker
+
+    def masker(attempt, job):  # a fault in one job's batches only (an injected bug)
+        if job.pk == first.job_id:
+            raise RuntimeError("injected")
+        return real_masker(attempt, job)
+
+    monkeypatch.setattr(ingestion, "secret_masker", masker)
+
+    results = _results([_logs(first, ["doomed"]), _logs(second, ["kept"])])
+
+    assert [result["status"] for result in results] == [500, 200]
+    assert results[0]["body"]["error"]["type"] == "internal_error"
+    assert _stored(first) == []
+    assert _stored(second) == ["kept"]
