@@ -131,10 +131,18 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
+# A socket's consumer waits for its pushes with a blocking pop of up to 5 s (channels_redis'
+# `brpop_timeout`); redis-py 8 reads with a 5 s socket timeout by default, so on a quiet
+# page the wait itself timed out, the consumer died without disconnecting (its socket slot
+# never given back) and the page reconnected every 5 s until its user hit the socket cap.
+CHANNEL_LAYER_SOCKET_TIMEOUT_S = 30
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "prefix": "trainyard:asgi"},
+        "CONFIG": {
+            "hosts": [{"address": REDIS_URL, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_S}],
+            "prefix": "trainyard:asgi",
+        },
     }
 }
 
