@@ -105,23 +105,27 @@ class Runners:
         self.seqs = {job_id: 0 for job_id, _ in attempts}
         self.sent_lines = 0
 
-    async def request(self, job_id: str, token: str, what: str, body: dict) -> int:
+    async def post(self, path: str, body: dict, auth: str = "") -> bytes:
+        """POST `body` as JSON on a connection of its own; the whole answer."""
         data = json.dumps(body).encode()
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
         try:
             writer.write(
                 (
-                    f"POST /api/v1/runner/jobs/{job_id}/{what} HTTP/1.1\r\n"
-                    f"Host: 127.0.0.1:{self.port}\r\nAuthorization: Bearer {token}\r\n"
+                    f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n{auth}"
                     "X-Trainyard-Protocol: 1\r\nContent-Type: application/json\r\n"
                     f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
                 ).encode()
                 + data
             )
             await writer.drain()
-            answer = await reader.read()
+            return await reader.read()
         finally:
             writer.close()
+
+    async def request(self, job_id: str, token: str, what: str, body: dict) -> int:
+        path = f"/api/v1/runner/jobs/{job_id}/{what}"
+        answer = await self.post(path, body, f"Authorization: Bearer {token}\r\n")
         return int(answer.split(b" ", 2)[1])
 
     def next_request(self, n: int) -> tuple[str, str, str, dict]:
@@ -171,21 +175,7 @@ class Runners:
         for n in range(first, first + count):
             job_id, token, what, body = self.next_request(n)
             entries.append({"job_id": job_id, "token": token, "call": what, "body": body})
-        data = json.dumps({"entries": entries}).encode()
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        try:
-            writer.write(
-                (
-                    f"POST /api/v1/runner/relay HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
-                    "X-Trainyard-Protocol: 1\r\nContent-Type: application/json\r\n"
-                    f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n"
-                ).encode()
-                + data
-            )
-            await writer.drain()
-            answer = await reader.read()
-        finally:
-            writer.close()
+        answer = await self.post("/api/v1/runner/relay", {"entries": entries})
         head, _, payload = answer.partition(b"\r\n\r\n")
         assert head.split(b" ", 2)[1] == b"200", head
         if b"transfer-encoding: chunked" in head.lower():
