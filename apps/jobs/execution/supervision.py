@@ -123,14 +123,7 @@ def runner_heard(attempt: Attempt) -> None:
     Under load the log batches, many more than heartbeats, could crowd the heartbeats out
     (each request may wait its turn, `config/admission.py`) until a healthy runner was
     declared silent and its attempt lost; a stored batch proves it alive all the same."""
-    if attempt.ended_at is not None:
-        return
-    now = timezone.now()
-    last = attempt.last_heartbeat_at
-    if last is not None and now - last < timedelta(seconds=settings.HEARTBEAT_INTERVAL_S):
-        return
-    Attempt.objects.filter(pk=attempt.pk, ended_at__isnull=True).update(last_heartbeat_at=now)
-    attempt.last_heartbeat_at = now
+    runners_heard([attempt])
 
 
 def runner_heartbeats(attempts: list[Attempt]) -> set[int]:
@@ -157,7 +150,7 @@ def runner_heartbeats(attempts: list[Attempt]) -> set[int]:
 
 
 def runners_heard(attempts: list[Attempt]) -> None:
-    """`runner_heard` for many attempts, in one UPDATE of those due."""
+    """`runner_heard` for many attempts (a relay's bundle), in one UPDATE of those due."""
     now = timezone.now()
     interval = timedelta(seconds=settings.HEARTBEAT_INTERVAL_S)
     due = [

@@ -1,5 +1,5 @@
 """`POST relay`: the log batches and heartbeats of many attempts in one request, sent by a
-relay (`python -m runner relay`, docs/runner-protocol.md) that runners on one host talk to
+relay (`python -m runner.relay`, docs/runner-protocol.md) that runners on one host talk to
 instead of the control plane. One request of a hundred entries costs the web process about
 what a few single requests do: its HTTP, middleware and one token query are shared, and
 the batches are stored together (`ingestion.ingest_many`).
