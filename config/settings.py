@@ -131,16 +131,25 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 
-# A socket's consumer waits for its pushes with a blocking pop of up to 5 s (channels_redis'
-# `brpop_timeout`); redis-py 8 reads with a 5 s socket timeout by default, so on a quiet
-# page the wait itself timed out, the consumer died without disconnecting (its socket slot
-# never given back) and the page reconnected every 5 s until its user hit the socket cap.
-CHANNEL_LAYER_SOCKET_TIMEOUT_S = 30
+# The channel layer's Redis connections read without a socket timeout. A socket's consumer
+# waits for its pushes with a blocking pop of 5 s (channels_redis' `brpop_timeout`), which
+# bounds every read; redis-py 8's default socket timeout (5 s) cut that wait short and the
+# consumer died without disconnecting. Any socket timeout also makes redis-py send under
+# `asyncio.wait_for`, which on Python 3.11 swallows a cancel landing mid-send: the receive of
+# a page that went away then popped every 5 s forever and its consumer never ended. Connects
+# still time out, and keepalive notices a peer that vanished.
+CHANNEL_LAYER_CONNECT_TIMEOUT_S = 5
+CHANNEL_LAYER_HOST = {
+    "address": REDIS_URL,
+    "socket_timeout": None,
+    "socket_connect_timeout": CHANNEL_LAYER_CONNECT_TIMEOUT_S,
+    "socket_keepalive": True,
+}
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
         "CONFIG": {
-            "hosts": [{"address": REDIS_URL, "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_S}],
+            "hosts": [CHANNEL_LAYER_HOST],
             "prefix": "trainyard:asgi",
         },
     }
