@@ -1,10 +1,10 @@
 """Many jobs alive at once: how far one small control plane goes on this machine (#19).
 
 The real stack runs (uvicorn web with `BENCH_SCALE_WEB_WORKERS` processes, default 1, a
-Celery worker of concurrency 2, beat) with production timings (5 s reconcile tick, 5 s
-heartbeats, `live_stack.production_stack`), on a database of its own
-(`trainyard_bench_scale`) and Redis db 9 (`BENCH_SCALE_REDIS_URL`, flushed). Two kinds of
-levels, one after the other:
+Celery worker of concurrency `BENCH_SCALE_WORKER_CONCURRENCY`, default 2, beat) with
+production timings (5 s reconcile tick, 5 s heartbeats, `live_stack.production_stack`), on a
+database of its own (`trainyard_bench_scale`) and Redis db 9 (`BENCH_SCALE_REDIS_URL`,
+flushed). Two kinds of levels, one after the other:
 
 - **Protocol load generator** (`scale_loadgen.py`, labelled `loadgen` below): N jobs
   submitted through the API and dispatched by the worker onto a local host provider whose
@@ -71,6 +71,8 @@ WINDOW_S = float(os.environ.get("BENCH_SCALE_WINDOW_S", 30))
 EVENTS = int(os.environ.get("BENCH_SCALE_EVENTS", 10))
 DISPATCH_TIMEOUT_S = float(os.environ.get("BENCH_SCALE_DISPATCH_TIMEOUT_S", 300))
 WEB_WORKERS = int(os.environ.get("BENCH_SCALE_WEB_WORKERS", 1))  # uvicorn --workers
+# celery --concurrency: dispatches run side by side in this many worker processes
+WORKER_CONCURRENCY = int(os.environ.get("BENCH_SCALE_WORKER_CONCURRENCY", 2))
 # The generator's attempts beat on schedule even while batches' answers stand in for their
 # heartbeats, as runners did before those answers carried an order (a before/after switch).
 ALWAYS_HEARTBEAT = os.environ.get("BENCH_SCALE_ALWAYS_HEARTBEAT", "") not in ("", "0")
@@ -124,12 +126,16 @@ def count(name: str, states) -> int:
     return Job.objects.filter(name=name, state__in=states).count()
 
 
-def submit_all(api: Api, name: str, n: int, command: list[str]) -> tuple[float | None, list[str]]:
+def submit_all(
+    api: Api, name: str, n: int, command: list[str], timings: dict | None = None
+) -> tuple[float | None, list[str]]:
     """POST n jobs 8 at a time; seconds from the first POST until all n run (None: not in
-    DISPATCH_TIMEOUT_S)."""
+    DISPATCH_TIMEOUT_S). `timings` gets `submitted_s`, when the last POST was answered."""
     started = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
         answers = list(pool.map(lambda _: api.submit(name, command), range(n)))
+    if timings is not None:
+        timings["submitted_s"] = time.monotonic() - started
     ids = [answer for answer in answers if not answer.startswith("error ")]
     SUBMIT_ERRORS[name] = [answer for answer in answers if answer.startswith("error ")]
     deadline = started + DISPATCH_TIMEOUT_S
@@ -359,9 +365,17 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
     route_to(kind)
     gen = Loadgen(stack.url, fifo) if kind == "loadgen" else None
     command = ["true"] if gen else ["sh", "-c", WORKLOAD]
-    to_running, ids = submit_all(api, name, n, command)
+    from live_stack import cpu_by_part, group_cpu_s
+
+    groups = {name: proc.popen.pid for name, proc in stack.procs.items()}
+    single = {"loadgen": gen.proc.pid} if gen else {}
+    parts_before, began = cpu_by_part(groups, single), time.monotonic()
+    timings: dict = {}
+    to_running, ids = submit_all(api, name, n, command, timings)
     # A level whose jobs are not all running in time is still measured, with those that run.
-    result: dict = {"kind": kind, "n": n, "to_running_s": to_running}
+    result: dict = {"kind": kind, "n": n, "to_running_s": to_running, **timings}
+    parts, took = cpu_by_part(groups, single), time.monotonic() - began
+    result["dispatch_cores"] = {k: (parts[k] - parts_before[k]) / took for k in parts}
     result["running"] = count(name, ["running"])
     result["submit_errors"] = len(SUBMIT_ERRORS.get(name, []))
     if SUBMIT_ERRORS.get(name):
@@ -372,12 +386,8 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
     sampler.start()
     if gen:
         gen.command("mark")
-    from live_stack import cpu_by_part, group_cpu_s
-
     web_pgid = stack.procs["web"].popen.pid
     web_cpu_before = group_cpu_s(web_pgid)
-    groups = {name: proc.popen.pid for name, proc in stack.procs.items()}
-    single = {"loadgen": gen.proc.pid} if gen else {}
     parts_before = cpu_by_part(groups, single)
     began = time.monotonic()
     try:
@@ -486,9 +496,14 @@ def report(idle_values: dict, results: list[dict]) -> None:
             )
         if r.get("errors"):
             notes.append(f"errors {r['errors']}")
-        if r.get("cores"):
-            busiest = sorted(r["cores"].items(), key=lambda item: -item[1])
-            notes.append("cores: " + ", ".join(f"{k} {v:.2f}" for k, v in busiest if v >= 0.01))
+        if r.get("submitted_s") is not None:
+            notes.append(f"all {r['n']} submits answered in {r['submitted_s']:.1f} s")
+        for key, what in (("dispatch_cores", "cores until all running"), ("cores", "cores")):
+            if r.get(key):
+                busiest = sorted(r[key].items(), key=lambda item: -item[1])
+                notes.append(
+                    f"{what}: " + ", ".join(f"{k} {v:.2f}" for k, v in busiest if v >= 0.01)
+                )
         if r.get("screen_error"):
             notes.append(f"job page: {r['screen_error'].splitlines()[0]}")
         hb_text = "—" if hb is None else f"{hb * 1000:.0f} ms ({hb / hb_idle:.1f}x)"
@@ -522,6 +537,7 @@ def main() -> int:
     root.chmod(0o755)  # the runners run as nobody: they must reach their shim and workdirs
     stack = production_stack(BENCH_DB, REDIS_URL, root / "stack")
     stack.web_workers = WEB_WORKERS
+    stack.worker_concurrency = WORKER_CONCURRENCY
     (root / "stack").mkdir()
     browser = None
     try:

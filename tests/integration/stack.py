@@ -89,6 +89,7 @@ class Stack:
     port: int = field(default_factory=free_port)
     procs: dict[str, Proc] = field(default_factory=dict)
     web_workers: int = 1  # uvicorn --workers (the Procfile's WEB_WORKERS)
+    worker_concurrency: int = 2  # celery --concurrency (the Procfile's WORKER_CONCURRENCY)
 
     @property
     def url(self) -> str:
@@ -151,7 +152,7 @@ class Stack:
                 "--loglevel",
                 "INFO",
                 "--concurrency",
-                "2",
+                str(self.worker_concurrency),
                 "--without-gossip",
                 "--without-mingle",
                 "-n",
