@@ -1,11 +1,50 @@
-"""The Celery app. Configuration lives in Django settings under the CELERY_ namespace."""
+"""The Celery app. Configuration lives in Django settings under the CELERY_ namespace.
+
+Database connections in worker processes: Celery's Django fixup closes every connection
+before and after each task and, when the connection comes from a pool in a prefork child,
+closes the whole pool too (`close_pool`), so every task paid for a new pool, its threads and
+a new PostgreSQL session (about 6 ms of the worker's time, and a backend process started and
+ended by PostgreSQL, per task; a thousand dispatches paid it a thousand times).
+`CELERY_DB_REUSE_MAX` (settings) turns that closing off, and `return_connections` below
+does what a request's end does in the web process instead: a connection that broke or was
+left mid-transaction is dropped, a good one goes back to the process's pool for the next
+task. A forked child still drops what it inherited from its parent (the fixup's
+`worker_process_init`, which `CELERY_DB_REUSE_MAX` does not change).
+"""
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("trainyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# PostgreSQL's pg_stat_activity names a worker process's sessions by this.
+WORKER_APPLICATION_NAME = "trainyard worker"
+
+
+@signals.worker_process_init.connect
+def name_connections(**kwargs) -> None:
+    """Before the child opens its first connection: its sessions say whose they are."""
+    from django.db import connections
+
+    for alias in connections:
+        settings_dict = connections[alias].settings_dict
+        if settings_dict["ENGINE"] == "django.db.backends.postgresql":
+            settings_dict.setdefault("OPTIONS", {})["application_name"] = WORKER_APPLICATION_NAME
+
+
+@signals.task_prerun.connect
+@signals.task_postrun.connect
+def return_connections(**kwargs) -> None:
+    """Before and after each task, as Django does around a request: drop a connection that
+    failed or is past CONN_MAX_AGE (with a pool, 0: it goes back to the pool)."""
+    task = kwargs.get("task")
+    if task is not None and getattr(task.request, "is_eager", False):
+        return  # an eager task runs inside its caller's connection and transaction
+    from django.db import close_old_connections
+
+    close_old_connections()

@@ -171,6 +171,10 @@ CELERY_TASK_TIME_LIMIT = 90
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 600}
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Celery's Django fixup closes the worker's connection pool around every task unless this is
+# set; the worker returns connections to its pool instead (config/celery.py). It counts tasks
+# between closes: this many is never.
+CELERY_DB_REUSE_MAX = 10**12
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -13,6 +13,7 @@ from django.db import connection
 
 from apps.jobs.models import Attempt, Job, JobEvent, LogLine
 from apps.secrets import services as secret_services
+from config.celery import WORKER_APPLICATION_NAME
 from runner import procfs
 from tests.integration.conftest import TERMINAL
 from tests.integration.stack import wait_for
@@ -242,3 +243,27 @@ def test_the_database_dropping_every_connection_mid_ingest_loses_no_line_and_dou
     assert done["state"] == "succeeded"
     assert _messages(job["id"], source="user") == [str(n) for n in range(1, 401)]
     assert Job.objects.get(public_id=job["id"]).user_log_lines == 400
+
+
+def _worker_sessions() -> set[tuple]:
+    """The worker processes' PostgreSQL sessions now: (backend pid, start time)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid, backend_start FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = %s",
+            [WORKER_APPLICATION_NAME],
+        )
+        return set(cursor.fetchall())
+
+
+def test_the_worker_keeps_its_database_sessions_from_task_to_task(api):
+    """Celery's Django fixup closed each worker process's connection pool after every task,
+    so each task opened a new PostgreSQL session; the pool now lives as long as the process,
+    as the web process's does (config/celery.py)."""
+    first = api.submit(command=["true"])
+    api.wait_state(first["id"], TERMINAL)
+    before = wait_for(_worker_sessions, timeout=30, what="the worker's database sessions")
+    for _ in range(3):  # each is a dispatch, a finalize and a log archive at least
+        job = api.submit(command=["true"])
+        api.wait_state(job["id"], TERMINAL)
+    assert before & _worker_sessions(), "every session the worker had before was closed"
