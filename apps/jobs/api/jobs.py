@@ -63,9 +63,12 @@ def create_response(request, payload: dict, kind: str) -> Response:
         created_by_key=who.api_key,
         kind=kind,
     )
+    if result.created:
+        job = selectors.as_created(result.job)
+        return Response(JobOut(job).data, status=status.HTTP_201_CREATED)
+    # An earlier request with this key created it: the job as it stands now.
     job = selectors.job_for_org(who.organization, result.job.public_id)
-    code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
-    return Response(JobOut(job).data, status=code)
+    return Response(JobOut(job).data, status=status.HTTP_200_OK)
 
 
 class JobCollectionView(ComputeView):
