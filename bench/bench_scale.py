@@ -85,6 +85,7 @@ WORKLOAD = 'i=0; while :; do i=$((i+1)); echo "tick $i"; sleep 1; done'
 # Product limits a thousand submits from one organization would hit; the bench lifts them.
 STACK_ENV = {"API_REQUESTS_PER_MINUTE": "1000000", "MAX_WAITING_JOBS_PER_ORG": "100000"}
 PASS_LINE = re.compile(rb"reconcile: \{.*?\} in ([0-9.]+)s")
+STAGES = ("submitted", "allocated", "launched", "running")
 LIVE = ("allocating", "provisioning", "running", "finalizing", "terminating")
 
 
@@ -377,6 +378,7 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
     parts, took = cpu_by_part(groups, single), time.monotonic() - began
     result["dispatch_cores"] = {k: (parts[k] - parts_before[k]) / took for k in parts}
     result["running"] = count(name, ["running"])
+    result["stages"] = dispatch_stages(name)
     result["submit_errors"] = len(SUBMIT_ERRORS.get(name, []))
     if SUBMIT_ERRORS.get(name):
         print(f"{name}: {len(SUBMIT_ERRORS[name])} submits failed, e.g. {SUBMIT_ERRORS[name][0]}")
@@ -431,6 +433,29 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
         list(pool.map(api.terminate, ids))
     wait_ended(name)
     return result
+
+
+def dispatch_stages(name: str) -> dict:
+    """Where the level's jobs spent the way to `running`, seconds from the first submit:
+    p50/p95 of when each was submitted (created), allocated, launched (runner started) and
+    running. A stage whose times trail the one before it is where jobs queue."""
+    from django.db.models import Min
+
+    from apps.jobs.models import Attempt, Job
+
+    jobs = Job.objects.filter(name=name)
+    first = jobs.aggregate(first=Min("created_at"))["first"]
+    if first is None:
+        return {}
+    rows = Attempt.objects.filter(job__name=name, number=1).values_list(
+        "job__created_at", "allocated_at", "launched_at", "started_at"
+    )
+    columns = list(zip(*rows, strict=True)) if rows else []
+    out = {}
+    for stage, values in zip(STAGES, columns, strict=False):
+        seconds = [(value - first).total_seconds() for value in values if value is not None]
+        out[stage] = (pct(seconds, 0.5), pct(seconds, 0.95))
+    return out
 
 
 def unplayed(name: str) -> list[str]:
@@ -504,6 +529,13 @@ def report(idle_values: dict, results: list[dict]) -> None:
                 notes.append(
                     f"{what}: " + ", ".join(f"{k} {v:.2f}" for k, v in busiest if v >= 0.01)
                 )
+        if r.get("stages"):
+            notes.append(
+                "from the first submit, p50/p95 s: "
+                + ", ".join(
+                    f"{stage} {fmt(p50)}/{fmt(p95)}" for stage, (p50, p95) in r["stages"].items()
+                )
+            )
         if r.get("screen_error"):
             notes.append(f"job page: {r['screen_error'].splitlines()[0]}")
         hb_text = "—" if hb is None else f"{hb * 1000:.0f} ms ({hb / hb_idle:.1f}x)"
