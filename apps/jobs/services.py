@@ -24,6 +24,7 @@ from apps.billing import budgets as billing_budgets
 from apps.billing import holds
 from apps.core.api_errors import first_validation_error
 from apps.core.errors import ApiError, Conflict, InvalidRequest, NotFound
+from apps.core.transactions import atomic_joining
 from apps.jobs import ceilings, enqueue, states
 from apps.jobs.events import JobEventType
 from apps.jobs.live import push
@@ -223,8 +224,12 @@ def job_transition(
     error_message: str | None = None,
 ) -> Job:
     """Move a job to `to` if the transition table allows it; raise IllegalTransition (and
-    change nothing) if it does not. Locks the job's row for the rest of the transaction."""
-    with transaction.atomic():
+    change nothing) if it does not. Locks the job's row for the rest of the transaction
+    (the caller's, which it joins without a savepoint, when one is open).
+
+    Four statements after the lock: the job's row (its state, and its live sequence number
+    for the event's push), both counter buckets, and the event."""
+    with atomic_joining():
         job = (
             Job.objects.select_for_update(of=("self",), no_key=True)
             .select_related("project")
@@ -236,7 +241,8 @@ def job_transition(
         now = timezone.now()
         job.state = to
         job.reason = reason
-        fields = ["state", "reason", "updated_at"]
+        job.live_seq += 1  # the row is locked and was read under the lock: no one else bumps it
+        fields = ["state", "reason", "updated_at", "live_seq"]
         if to == JobState.RUNNING and job.started_at is None:
             job.started_at = now
             fields.append("started_at")
@@ -260,6 +266,7 @@ def job_transition(
             message=message or f"{current} → {to}" + (f" ({reason})" if reason else ""),
             data={"from": current, "to": to, "reason": reason, **(data or {})},
             state_changed=True,
+            seq=job.live_seq,
         )
     return job
 
@@ -312,7 +319,7 @@ def logs_append(*, job: Job, attempt: int, lines: Iterable[LogLineIn]) -> int:
     if not rows:
         return 0
     user = sum(1 for row in rows if row.source == LogLine.Source.USER)
-    with transaction.atomic():
+    with atomic_joining():
         created = LogLine.objects.bulk_create(rows, batch_size=1000)
         seq = push.bump_live_seq(job.pk, user_lines=user, system_lines=len(rows) - user)
         push.push_on_commit(job=job, seq=seq, log_ids=[row.pk for row in created])
@@ -324,15 +331,20 @@ def _count(job: Job, old: str | None, new: str) -> None:
     Buckets are touched in a fixed order so concurrent transitions cannot deadlock."""
     deltas = {new: 1} if old is None else {old: -1, new: 1}
     table = JobCounter._meta.db_table
+    states = sorted(deltas)  # one statement; its rows are upserted in this order
+    values = ", ".join(["(%s, %s, %s, %s)"] * len(states))
+    params = [
+        value
+        for state in states
+        for value in (job.organization_id, job.project_id, state, deltas[state])
+    ]
     with connection.cursor() as cursor:
-        for state in sorted(deltas):
-            cursor.execute(
-                f"INSERT INTO {table} (organization_id, project_id, state, count) "
-                "VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (organization_id, project_id, state) "
-                f"DO UPDATE SET count = {table}.count + EXCLUDED.count",
-                [job.organization_id, job.project_id, state, deltas[state]],
-            )
+        cursor.execute(
+            f"INSERT INTO {table} (organization_id, project_id, state, count) VALUES {values} "
+            "ON CONFLICT (organization_id, project_id, state) "
+            f"DO UPDATE SET count = {table}.count + EXCLUDED.count",
+            params,
+        )
 
 
 def system_log(*, job: Job, attempt: int, message: str) -> None:
@@ -352,9 +364,11 @@ def record_event(
     data: dict | None = None,
     attempt: int | None = None,
     state_changed: bool = False,
+    seq: int | None = None,
 ) -> JobEvent:
     """Write a JobEvent and push it (with the job's state, when it changed) to live pages
-    after commit. Call inside the write's transaction."""
+    after commit. Call inside the write's transaction. `seq`: the live sequence number the
+    caller already took for it (`job_transition`, in the same UPDATE as the state)."""
     event = JobEvent.objects.create(
         job=job,
         attempt=attempt if attempt is not None else (job.attempt_count or None),
@@ -362,6 +376,7 @@ def record_event(
         message=message,
         data=data or {},
     )
-    seq = push.bump_live_seq(job.pk)
+    if seq is None:
+        seq = push.bump_live_seq(job.pk)
     push.push_on_commit(job=job, seq=seq, event_ids=[event.id], state_changed=state_changed)
     return event

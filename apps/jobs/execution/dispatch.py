@@ -14,8 +14,7 @@ import time
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.core.money import format_usd, micros_to_usd
@@ -40,25 +39,36 @@ WAITING = frozenset({JobState.REQUESTED, JobState.PREEMPTED})
 
 
 def dispatch(job_id: int) -> None:
-    """Advance one job as far as dispatch goes: allocate, then launch."""
+    """Advance one job as far as dispatch goes: allocate, then launch. A dispatch that ends
+    without crashing clears the count of deliveries (a launch, in its last write)."""
     if not _count_delivery(job_id):
         return
     allocate(job_id)
-    launch(job_id)
-    Job.objects.filter(pk=job_id).update(dispatch_deliveries=0)
+    if not launch(job_id):
+        Job.objects.filter(pk=job_id).update(dispatch_deliveries=0)
 
 
 def _count_delivery(job_id: int) -> bool:
-    """Count this delivery (committed at once, so a crash later still counts it). A job
-    whose dispatch keeps crashing fails `dispatch_crash`. False when there is nothing to do."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update(no_key=True).filter(pk=job_id).first()
-        if job is None or job.state not in DISPATCHABLE:
-            return False
-        if job.dispatch_deliveries >= settings.DISPATCH_MAX_DELIVERIES:
-            _fail(job, "dispatch_crash", "Dispatch kept crashing; giving up on this job.")
-            return False
-        Job.objects.filter(pk=job_id).update(dispatch_deliveries=F("dispatch_deliveries") + 1)
+    """Count this delivery (committed at once, so a crash later still counts it): one
+    UPDATE that also says whether the job is still to dispatch. A job whose dispatch keeps
+    crashing fails `dispatch_crash`. False when there is nothing to do."""
+    states = sorted(DISPATCHABLE)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Job._meta.db_table} SET dispatch_deliveries = dispatch_deliveries + 1 "
+            f"WHERE id = %s AND state IN ({', '.join(['%s'] * len(states))}) "
+            "RETURNING dispatch_deliveries",
+            [job_id, *states],
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return False
+    if row[0] > settings.DISPATCH_MAX_DELIVERIES:
+        with transaction.atomic():
+            job = Job.objects.select_for_update(no_key=True).filter(pk=job_id).first()
+            if job is not None and job.state in DISPATCHABLE:
+                _fail(job, "dispatch_crash", "Dispatch kept crashing; giving up on this job.")
+        return False
     return True
 
 
@@ -69,7 +79,7 @@ def allocate(job_id: int) -> Attempt | None:
     one (apps.jobs.execution.preemption) and waits for its place; a new job that still finds none
     after NO_CAPACITY_TIMEOUT_S fails `no_capacity`. A preempted job keeps waiting."""
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",), no_key=True).filter(pk=job_id).first()
+        job = _locked(job_id)
         if job is None or job.state not in WAITING:
             return None
         offer = lock_offer_with_capacity(job)
@@ -141,17 +151,18 @@ def _wait_for_capacity(job: Job, now) -> None:
         )
 
 
-def launch(job_id: int) -> None:
+def launch(job_id: int) -> bool:
     """Start the runner of the job's current attempt, once. Moves `allocating` to
     `provisioning` first, so a crash after the launch is seen as a provisioning job whose
-    launch must be checked, never as an allocation that may be launched anew."""
+    launch must be checked, never as an allocation that may be launched anew. True when
+    this call recorded the launch (and cleared the job's count of dispatch deliveries)."""
     with transaction.atomic():
-        job = Job.objects.select_for_update(of=("self",), no_key=True).filter(pk=job_id).first()
+        job = _locked(job_id)
         if job is None or job.state not in {JobState.ALLOCATING, JobState.PROVISIONING}:
-            return
+            return False
         attempt = current_attempt(job)
         if attempt is None or attempt.launched_at is not None:
-            return
+            return False
         if job.state == JobState.ALLOCATING:
             services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
     request = LaunchRequest(
@@ -178,12 +189,13 @@ def launch(job_id: int) -> None:
             if locked.state in DISPATCHABLE:
                 services.system_log(job=locked, attempt=attempt.number, message=str(exc))
                 _fail(locked, reason, str(exc))
-        return
+        return False
     with transaction.atomic():
         # The job's row first, as every writer of a job and its attempt takes them: the
         # runner's `started` (job, then attempt) raced this update (attempt, then job, for
-        # the log line) into a deadlock, and the handle went unrecorded.
-        Job.objects.select_for_update(of=("self",), no_key=True).filter(pk=job_id).first()
+        # the log line) into a deadlock, and the handle went unrecorded. Clearing the count
+        # of deliveries is what locks it: this dispatch is done.
+        Job.objects.filter(pk=job_id).update(dispatch_deliveries=0)
         updated = Attempt.objects.filter(pk=attempt.pk, launched_at__isnull=True).update(
             handle=handle, launched_at=timezone.now()
         )
@@ -193,6 +205,18 @@ def launch(job_id: int) -> None:
                 attempt=attempt.number,
                 message=f"runner started on {attempt.provider.name}",
             )
+    return True
+
+
+def _locked(job_id: int) -> Job | None:
+    """The job, its row locked (not its project's), with its project: the pushes of the
+    events and log lines written under the lock name the project's group."""
+    return (
+        Job.objects.select_for_update(of=("self",), no_key=True)
+        .select_related("project")
+        .filter(pk=job_id)
+        .first()
+    )
 
 
 def _fail(job: Job, reason: str, message: str) -> None:
