@@ -82,6 +82,34 @@ def record(
     return meter
 
 
+def open_meter(
+    *,
+    attempt_id: int,
+    job_id: int,
+    organization_id: int,
+    project_id: int,
+    resource_id: str,
+    resource_name: str,
+    price_micros_hr: int,
+    resource_type: str = "job",
+) -> Meter:
+    """`record` at 0 minutes for an attempt created in the caller's transaction, whose
+    meter cannot exist yet: one INSERT, where `record` first looks for the meter under a
+    lock (a dispatch's allocation, on its hot path)."""
+    meter = Meter.objects.create(
+        attempt_id=attempt_id,
+        job_id=job_id,
+        organization_id=organization_id,
+        project_id=project_id,
+        resource_type=resource_type,
+        resource_id=resource_id,
+        resource_name=resource_name,
+        price_micros_hr=price_micros_hr,
+    )
+    ledger.changed_on_commit(organization_id)  # the burn rate moved
+    return meter
+
+
 def record_many(readings: list[dict]) -> None:
     """`record(**reading)` for each reading (its keyword arguments), in one transaction:
     the meters read and locked in one query, the usage postings in one

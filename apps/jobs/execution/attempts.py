@@ -186,6 +186,21 @@ def meter(job: Job, attempt: Attempt) -> None:
     )
 
 
+def open_meter(job: Job, attempt: Attempt) -> None:
+    """`meter` for an attempt allocated in the caller's transaction: its meter is new."""
+    resource_type, resource_id, resource_name = hooks_for(job).usage_resource(job)
+    usage.open_meter(
+        attempt_id=attempt.pk,
+        job_id=job.pk,
+        organization_id=job.organization_id,
+        project_id=job.project_id,
+        resource_type=resource_type,
+        resource_id=resource_id,
+        resource_name=resource_name,
+        price_micros_hr=attempt.price_micros_hr,
+    )
+
+
 def stop_billing(job: Job, now: datetime | None = None) -> None:
     """Bill the job to `now` and bill its live attempt no further (a limit or a budget is
     ending it). Call under the job's row lock."""

@@ -21,7 +21,7 @@ from apps.core.money import format_usd, micros_to_usd
 from apps.jobs import services
 from apps.jobs.events import JobEventType
 from apps.jobs.execution import preemption
-from apps.jobs.execution.attempts import current_attempt, end_attempt, meter
+from apps.jobs.execution.attempts import current_attempt, end_attempt, open_meter
 from apps.jobs.execution.placement import lock_offer_with_capacity
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt, Job, JobEvent
@@ -109,7 +109,7 @@ def allocate(job_id: int) -> Attempt | None:
         )
         Job.objects.filter(pk=job.pk).update(attempt_count=number, allocated_at=now)
         if allocates_now:
-            meter(job, attempt)  # the burn rate counts it from allocation
+            open_meter(job, attempt)  # the burn rate counts it from allocation
         price = format_usd(attempt.price_micros_hr)
         where = f"{offer.provider.name}: {attempt.accelerator} x{attempt.gpu_count}"
         services.job_transition(

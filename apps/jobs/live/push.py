@@ -19,7 +19,13 @@ from channels.layers import get_channel_layer
 from django.db import connection
 
 from apps.core.errors import NotFound
-from apps.core.live import WATCH_KEY, WATCH_TTL_S, watch_key, watched  # noqa: F401 (offered here)
+from apps.core.live import (  # noqa: F401 (WATCH_KEY, WATCH_TTL_S, watch_key: offered here)
+    WATCH_KEY,
+    WATCH_TTL_S,
+    watch_key,
+    watched,
+    watched_groups,
+)
 from apps.core.transactions import after_commit
 from apps.jobs.live import partials
 from apps.jobs.models import Job
@@ -127,10 +133,12 @@ def _push(
 ) -> None:
     layer = get_channel_layer()
     group, projects = groups
-    to_job = watched(group)
-    to_project = state_changed and watched(projects)
-    to_overview = state_changed and watched(overview_group(organization_id))
-    to_list = state_changed and watched(org_jobs_group(organization_id))
+    if state_changed:
+        to_job, to_project, to_overview, to_list = watched_groups(
+            group, projects, overview_group(organization_id), org_jobs_group(organization_id)
+        )
+    else:
+        to_job, to_project, to_overview, to_list = watched(group), False, False, False
     if layer is None or not (to_job or to_project or to_overview or to_list):
         return  # nobody is looking: render nothing
     try:

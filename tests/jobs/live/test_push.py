@@ -103,3 +103,16 @@ def test_nothing_is_rendered_or_sent_when_no_page_watches(org, django_capture_on
     with pytest.raises(TimeoutError):
         _receive(channel, timeout=0.5)
     assert Job.objects.get(pk=job.pk).live_seq == 2  # the sequence still counts the write
+
+
+def test_a_state_change_reaches_only_the_groups_watched(org, django_capture_on_commit_callbacks):
+    """The four groups a state change may go to are looked up at once: each still gets the
+    push only when a page watches it."""
+    job = make_job(org)
+    job_channel = _listen(push.job_group(job.public_id), watch=False)
+    project_channel = _listen(push.project_group(job.project.public_id))
+    with django_capture_on_commit_callbacks(execute=True):
+        services.job_transition(job_id=job.pk, to=JobState.ALLOCATING)
+    assert f'id="job-row-{job.public_id}"' in _receive(project_channel)["html"]
+    with pytest.raises(TimeoutError):
+        _receive(job_channel, timeout=0.5)
