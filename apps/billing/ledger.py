@@ -16,7 +16,7 @@ from django.db.models import F, Q, Sum
 from apps.accounts.models import Organization, User
 from apps.billing import live
 from apps.billing.models import Account, Transfer
-from apps.core.transactions import after_commit
+from apps.core.transactions import after_commit, atomic_joining
 
 Kind = Account.Kind
 Code = Transfer.Code
@@ -81,7 +81,9 @@ def transfer(
         memo=memo[:500],
         **links,
     )
-    with transaction.atomic():
+    # Inside a caller's transaction (a submit's hold), no savepoint: a duplicate key raises
+    # nothing (`_insert_once`), so there is nothing to roll back to.
+    with atomic_joining():
         if not _insert_once(row):
             return Transfer.objects.get(idempotency_key=idempotency_key)
         column = "pending" if pending else "posted"
@@ -179,7 +181,9 @@ def resolve(hold: Transfer, *, post: bool, memo: str = "") -> Transfer:
         job_id=hold.job_id,
         memo=memo[:500],
     )
-    with transaction.atomic():
+    # Inside a caller's transaction (a submit's hold), no savepoint: a duplicate key raises
+    # nothing (`_insert_once`), so there is nothing to roll back to.
+    with atomic_joining():
         if not _insert_once(row):  # settled already (posted or voided): that one stands
             return Transfer.objects.get(pending=hold)
         _add(hold.debit_account_id, "pending_debits", -hold.amount_micros)

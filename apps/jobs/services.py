@@ -168,7 +168,6 @@ def job_create(
                 idempotency_key=f"hold:{job.public_id}",
                 created_by_id=created_by.pk if created_by else None,
             )
-            _count(job, None, JobState.REQUESTED)
             record_event(
                 job=job,
                 type=JobEventType.JOB_CREATED,
@@ -176,6 +175,7 @@ def job_create(
                 data={"state": JobState.REQUESTED},
                 state_changed=True,
             )
+            _count(job, None, JobState.REQUESTED)  # last: every submit and placement updates it
             # Robust: if the broker is away, reconcile still finds the job in `requested`.
             enqueue.dispatch_on_commit(job.pk)
     except IntegrityError:
@@ -228,7 +228,9 @@ def job_transition(
     (the caller's, which it joins without a savepoint, when one is open).
 
     Four statements after the lock: the job's row (its state, and its live sequence number
-    for the event's push), both counter buckets, and the event."""
+    for the event's push), the event, and both counter buckets. A caller holding the job's
+    lock for more writes does the state change last, so that those shared counter rows are
+    held only until its commit."""
     with atomic_joining():
         job = (
             Job.objects.select_for_update(of=("self",), no_key=True)
@@ -259,7 +261,6 @@ def job_transition(
         if states.is_terminal(to):
             holds.release_holds(job.pk)
             enqueue.archive_log_on_commit(job.pk)  # logs.txt then serves one gzip file
-        _count(job, current, to)
         record_event(
             job=job,
             type=JobEventType.STATE_CHANGED,
@@ -268,6 +269,9 @@ def job_transition(
             state_changed=True,
             seq=job.live_seq,
         )
+        # Last: the counter rows are shared by every job of the project in that state, and
+        # stay locked until the transaction ends.
+        _count(job, current, to)
     return job
 
 

@@ -112,9 +112,6 @@ def allocate(job_id: int) -> Attempt | None:
             open_meter(job, attempt)  # the burn rate counts it from allocation
         price = format_usd(attempt.price_micros_hr)
         where = f"{offer.provider.name}: {attempt.accelerator} x{attempt.gpu_count}"
-        services.job_transition(
-            job_id=job.pk, to=JobState.ALLOCATING, message=f"Allocated {where} at {price}/h."
-        )
         services.record_event(
             job=job,
             attempt=number,
@@ -127,6 +124,10 @@ def allocate(job_id: int) -> Attempt | None:
             },
         )
         services.system_log(job=job, attempt=number, message=f"allocated {where} at {price}/h")
+        # Last (apps.jobs.services.job_transition says why).
+        services.job_transition(
+            job_id=job.pk, to=JobState.ALLOCATING, message=f"Allocated {where} at {price}/h."
+        )
     if settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S:
         time.sleep(settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S)
     return attempt
