@@ -259,13 +259,16 @@ def _ingest_together(batches: list[Batch], todo: list[int], results: list) -> li
             user = sum(1 for row in rows if row[1] == LogLine.Source.USER)
             writes.setdefault(batches[index].attempt.job_id, []).append((user, len(rows) - user))
         seqs = push.bump_live_seqs(writes) if writes else {}
-        for index, rows in plain:
-            attempt = batches[index].attempt
-            push.push_on_commit(
-                job=attempt.job,
-                seq=seqs[attempt.job_id].pop(0),
-                log_seqs=(attempt.number, [row[0] for row in rows]),
-            )
+        push.push_lines_on_commit(
+            [
+                (
+                    batches[index].attempt.job,
+                    seqs[batches[index].attempt.job_id].pop(0),
+                    (batches[index].attempt.number, [row[0] for row in rows]),
+                )
+                for index, rows in plain
+            ]
+        )
     return results
 
 

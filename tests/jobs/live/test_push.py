@@ -116,3 +116,33 @@ def test_a_state_change_reaches_only_the_groups_watched(org, django_capture_on_c
     assert f'id="job-row-{job.public_id}"' in _receive(project_channel)["html"]
     with pytest.raises(TimeoutError):
         _receive(job_channel, timeout=0.5)
+
+
+def test_a_bundle_pushes_lines_only_to_the_jobs_whose_pages_watch(
+    org, django_capture_on_commit_callbacks
+):
+    """A relay's bundle asks Redis once which of its jobs are watched: the watched job's
+    page gets its lines, the other's group nothing."""
+    from apps.jobs.models import Attempt
+
+    watched_job, unwatched_job = make_job(org), make_job(org)
+    attempts = [
+        Attempt.objects.select_related("job__project").get(pk=dispatch.allocate(job.pk).pk)
+        for job in (watched_job, unwatched_job)
+    ]
+    seen = _listen(push.job_group(watched_job.public_id))
+    unseen = _listen(push.job_group(unwatched_job.public_id), watch=False)
+    now = datetime.now(UTC)
+    batches = [
+        ingestion.Batch(attempt, [ingestion.IncomingLine(1, now, "user", "stdout", f"hi {n}")])
+        for n, attempt in enumerate(attempts)
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        results = ingestion.ingest_many(batches)
+    assert [result.accepted for result in results] == [1, 1]
+    html = ""
+    while "hi 0" not in html:
+        html = _receive(seen)["html"]
+    assert _seq(html) == Job.objects.get(pk=watched_job.pk).live_seq
+    with pytest.raises(TimeoutError):
+        _receive(unseen, timeout=0.5)
