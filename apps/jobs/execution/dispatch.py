@@ -43,8 +43,10 @@ def dispatch(job_id: int) -> None:
     without crashing clears the count of deliveries (a launch, in its last write)."""
     if not _count_delivery(job_id):
         return
-    allocate(job_id)
-    if not launch(job_id):
+    attempt = allocate(job_id, provision=True)
+    # A job placed by an earlier delivery (its launch cut off) is launched from its state.
+    launched = _start(attempt) if attempt is not None else launch(job_id)
+    if not launched:
         Job.objects.filter(pk=job_id).update(dispatch_deliveries=0)
 
 
@@ -72,12 +74,17 @@ def _count_delivery(job_id: int) -> bool:
     return True
 
 
-def allocate(job_id: int) -> Attempt | None:
+def allocate(job_id: int, *, provision: bool = False) -> Attempt | None:
     """Place a waiting job on the cheapest offer with room: create its Attempt with the
     price captured now (billing starts here) and move it to `allocating` (a preempted job
     goes back through `requested`). Without capacity a standard job displaces a preemptible
     one (apps.jobs.execution.preemption) and waits for its place; a new job that still finds none
-    after NO_CAPACITY_TIMEOUT_S fails `no_capacity`. A preempted job keeps waiting."""
+    after NO_CAPACITY_TIMEOUT_S fails `no_capacity`. A preempted job keeps waiting.
+
+    `provision`: move on to `provisioning` in the same transaction, for a launch that
+    follows at once (`dispatch`, with the attempt returned, its job loaded): what `launch`
+    would do first in a transaction of its own. A crash before the runner starts leaves a
+    provisioning job whose launch reconcile takes up again, as after a launch cut off."""
     with transaction.atomic():
         job = _locked(job_id)
         if job is None or job.state not in WAITING:
@@ -128,6 +135,8 @@ def allocate(job_id: int) -> Attempt | None:
         services.job_transition(
             job_id=job.pk, to=JobState.ALLOCATING, message=f"Allocated {where} at {price}/h."
         )
+        if provision:
+            services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
     if settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S:
         time.sleep(settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S)
     return attempt
@@ -166,6 +175,15 @@ def launch(job_id: int) -> bool:
             return False
         if job.state == JobState.ALLOCATING:
             services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
+    attempt.job = job
+    return _start(attempt)
+
+
+def _start(attempt: Attempt) -> bool:
+    """Start the runner of `attempt` (its job `provisioning`, its launch not recorded) and
+    record its handle; True when done, False when the backend refused it for good (the job
+    failed)."""
+    job, job_id = attempt.job, attempt.job_id
     request = LaunchRequest(
         job_id=job.public_id,
         attempt=attempt.number,
