@@ -17,7 +17,8 @@ flushed). Two kinds of levels, one after the other:
   (default 50,200,400); memory per runner is the PSS of the runner and its workload.
 
 For each level: the N submits are POSTed (8 at a time) and timed until all N jobs are
-`running` (the dispatch figure). Then, for `BENCH_SCALE_WINDOW_S` (default 30): reconcile
+`running` (the dispatch figure, with p50/p95 of when the jobs were submitted, allocated,
+launched and running: where they queued). Then, for `BENCH_SCALE_WINDOW_S` (default 30): reconcile
 pass durations (the worker's `reconcile: ... in Xs` lines), heartbeat round trips and
 ingestion lag (loadgen: from a line's print to the answer that stored it; real: a line's
 runner timestamp to the first time this script sees it stored, sampled every 0.25 s on 20
