@@ -41,7 +41,7 @@ def record(
     with transaction.atomic():
         meter = Meter.objects.select_for_update(no_key=True).filter(attempt_id=attempt_id).first()
         if meter is None:
-            meter = Meter.objects.create(
+            meter = open_meter(
                 attempt_id=attempt_id,
                 job_id=job_id,
                 organization_id=organization_id,
@@ -51,7 +51,6 @@ def record(
                 resource_name=resource_name,
                 price_micros_hr=price_micros_hr,
             )
-            ledger.changed_on_commit(organization_id)  # the burn rate moved
         fields = []
         if billed_minutes > meter.billed_minutes:
             owed = cost_micros(billed_minutes, price_micros_hr)

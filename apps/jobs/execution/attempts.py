@@ -171,16 +171,8 @@ def _reading(job: Job, attempt: Attempt) -> dict:
 def meter(job: Job, attempt: Attempt) -> None:
     """Tell billing where the attempt stands: its price, its minutes so far, whether it has
     ended (its meter then stops counting towards the burn rate)."""
-    resource_type, resource_id, resource_name = hooks_for(job).usage_resource(job)
     usage.record(
-        attempt_id=attempt.pk,
-        job_id=job.pk,
-        organization_id=job.organization_id,
-        project_id=job.project_id,
-        resource_type=resource_type,
-        resource_id=resource_id,
-        resource_name=resource_name,
-        price_micros_hr=attempt.price_micros_hr,
+        **_meter_fields(job, attempt),
         billed_minutes=attempt.billed_minutes,
         ended_at=attempt.ended_at,
     )
@@ -188,17 +180,22 @@ def meter(job: Job, attempt: Attempt) -> None:
 
 def open_meter(job: Job, attempt: Attempt) -> None:
     """`meter` for an attempt allocated in the caller's transaction: its meter is new."""
+    usage.open_meter(**_meter_fields(job, attempt))
+
+
+def _meter_fields(job: Job, attempt: Attempt) -> dict:
+    """What identifies an attempt's meter and prices it."""
     resource_type, resource_id, resource_name = hooks_for(job).usage_resource(job)
-    usage.open_meter(
-        attempt_id=attempt.pk,
-        job_id=job.pk,
-        organization_id=job.organization_id,
-        project_id=job.project_id,
-        resource_type=resource_type,
-        resource_id=resource_id,
-        resource_name=resource_name,
-        price_micros_hr=attempt.price_micros_hr,
-    )
+    return {
+        "attempt_id": attempt.pk,
+        "job_id": job.pk,
+        "organization_id": job.organization_id,
+        "project_id": job.project_id,
+        "resource_type": resource_type,
+        "resource_id": resource_id,
+        "resource_name": resource_name,
+        "price_micros_hr": attempt.price_micros_hr,
+    }
 
 
 def stop_billing(job: Job, now: datetime | None = None) -> None:
