@@ -152,17 +152,10 @@ def bill_many(jobs: list[Job], now: datetime) -> dict[int, list[Attempt]]:
 
 
 def _reading(job: Job, attempt: Attempt) -> dict:
-    """`meter`'s reading of the attempt, for `usage.record_many`."""
-    resource_type, resource_id, resource_name = hooks_for(job).usage_resource(job)
+    """`meter`'s reading of the attempt (`usage.record`'s arguments, one of
+    `usage.record_many`'s readings)."""
     return {
-        "attempt_id": attempt.pk,
-        "job_id": job.pk,
-        "organization_id": job.organization_id,
-        "project_id": job.project_id,
-        "resource_type": resource_type,
-        "resource_id": resource_id,
-        "resource_name": resource_name,
-        "price_micros_hr": attempt.price_micros_hr,
+        **_meter_fields(job, attempt),
         "billed_minutes": attempt.billed_minutes,
         "ended_at": attempt.ended_at,
     }
@@ -171,11 +164,7 @@ def _reading(job: Job, attempt: Attempt) -> dict:
 def meter(job: Job, attempt: Attempt) -> None:
     """Tell billing where the attempt stands: its price, its minutes so far, whether it has
     ended (its meter then stops counting towards the burn rate)."""
-    usage.record(
-        **_meter_fields(job, attempt),
-        billed_minutes=attempt.billed_minutes,
-        ended_at=attempt.ended_at,
-    )
+    usage.record(**_reading(job, attempt))
 
 
 def open_meter(job: Job, attempt: Attempt) -> None:

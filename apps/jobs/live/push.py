@@ -148,7 +148,7 @@ def _push_lines(pushes: list[tuple[int, tuple[str, str], int, tuple[int, list[in
     watching = watched_groups(*(groups[0] for _, groups, _, _ in pushes))
     for (job_pk, groups, seq, log_seqs), watched_now in zip(pushes, watching, strict=True):
         if watched_now:
-            _deliver(
+            _push(
                 job_pk=job_pk,
                 groups=groups,
                 organization_id=None,
@@ -163,30 +163,6 @@ def _push_lines(pushes: list[tuple[int, tuple[str, str], int, tuple[int, list[in
 
 
 def _push(
-    *, job_pk, groups, organization_id, seq, event_ids, log_ids, log_seqs, metric_ids, state_changed
-) -> None:
-    group, projects = groups
-    if state_changed:
-        watching = watched_groups(
-            group, projects, overview_group(organization_id), org_jobs_group(organization_id)
-        )
-    else:
-        watching = [watched(group), False, False, False]
-    _deliver(
-        job_pk=job_pk,
-        groups=groups,
-        organization_id=organization_id,
-        seq=seq,
-        event_ids=event_ids,
-        log_ids=log_ids,
-        log_seqs=log_seqs,
-        metric_ids=metric_ids,
-        state_changed=state_changed,
-        watching=watching,
-    )
-
-
-def _deliver(
     *,
     job_pk,
     groups,
@@ -197,12 +173,18 @@ def _deliver(
     log_seqs,
     metric_ids,
     state_changed,
-    watching,
+    watching=None,
 ) -> None:
-    """Render and send a push to the groups `watching` says are watched (the job's, its
-    project's, the organization's overview and job list)."""
+    """Render and send a push to the groups watched (the job's, its project's, the
+    organization's overview and job list), as Redis says unless `watching` says it."""
     layer = get_channel_layer()
     group, projects = groups
+    if watching is None and state_changed:
+        watching = watched_groups(
+            group, projects, overview_group(organization_id), org_jobs_group(organization_id)
+        )
+    elif watching is None:
+        watching = (watched(group), False, False, False)
     to_job, to_project, to_overview, to_list = watching
     if layer is None or not (to_job or to_project or to_overview or to_list):
         return  # nobody is looking: render nothing
