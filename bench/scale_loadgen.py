@@ -12,6 +12,8 @@ generator plays the runner:
 
 - `GET spec`, `POST started`;
 - a log line every `--line-s` seconds (`tick N`), batched as the runner batches
+  (`--quiet-every K`: every K-th attempt prints nothing, like a job loading a model or
+  between epochs, so it heartbeats on schedule: the heartbeats the bench times)
   (`log_batch_max_interval_s` after a batch's first line; one batch in flight at a time,
   so a slow answer makes the next batch bigger, as the runner's backlog does);
 - a heartbeat every `heartbeat_interval_s` (the spec's), or `--heartbeat-s`, put off
@@ -24,9 +26,10 @@ generator plays the runner:
 
 With `--relay-hosts H` the attempts are spread over H hosts, each with a host relay
 (`runner.relay`) played here as it works: the attempts' log batches and heartbeats wait in
-their host's queue, which sends them to `POST relay` one bundle at a time (everything that
-waited while the last one was out, up to 500 entries, gzipped from 32 kB), each on a fresh
-connection; a round trip is then what the runner sees, relay wait included.
+their host's two lanes, each of which sends to `POST relay` one bundle at a time
+(everything that waited while the last one was out, up to 500 entries, gzipped from 32 kB;
+heartbeats to `relay?calls=heartbeat`), each on a fresh connection; a round trip is then
+what the runner sees, relay wait included.
 
 It records, per request kind, the round trip of every request, and for every line the time
 from its "print" to the answer that stored it (ingestion lag). Commands on stdin, one per
@@ -104,16 +107,31 @@ def _dechunk(data: bytes) -> bytes:
 
 
 class HostRelay:
-    """`runner.relay` of one host, played: calls wait in a queue; one bundle at a time goes
-    to `POST relay` with everything that waited (up to RELAY_MAX_ENTRIES); each call gets
-    its entry's answer, or a 502 when the bundle got none."""
+    """`runner.relay` of one host, played: its two lanes, log batches and heartbeats."""
 
     RELAY_PATH = "/api/v1/runner/relay"
+
+    def __init__(self, http: Http, rec: Recorder) -> None:
+        self.lanes = {
+            "logs": RelayLane(http, rec, self.RELAY_PATH, "bundle"),
+            "heartbeat": RelayLane(http, rec, self.RELAY_PATH + "?calls=heartbeat", "beat bundle"),
+        }
+
+    async def submit(self, job_id: str, token: str, call: str, body: bytes):
+        return await self.lanes[call].submit(job_id, token, call, body)
+
+
+class RelayLane:
+    """One lane of a host relay: calls wait in a queue; one bundle at a time goes to `path`
+    with everything that waited (up to RELAY_MAX_ENTRIES); each call gets its entry's
+    answer, or a 502 when the bundle got none. Its bundles' round trips and sizes are
+    recorded as `kind`."""
+
     RELAY_MAX_ENTRIES = 500
     GZIP_MIN_BYTES = 32 * 1024
 
-    def __init__(self, http: Http, rec: Recorder) -> None:
-        self.http, self.rec = http, rec
+    def __init__(self, http: Http, rec: Recorder, path: str, kind: str) -> None:
+        self.http, self.rec, self.path, self.kind = http, rec, path, kind
         self.waiting: list[tuple[bytes, asyncio.Future]] = []
         self.wake = asyncio.Event()
         self.task = asyncio.ensure_future(self.forward_forever())
@@ -143,16 +161,15 @@ class HostRelay:
             body, encoding = gzip.compress(body, compresslevel=1, mtime=0), "gzip"
         try:
             status, payload, seconds = await self.http.request(
-                "POST", self.RELAY_PATH, "", body, encoding
+                "POST", self.path, "", body, encoding
             )
         except OSError:
             status, payload = 0, b""
         results = json.loads(payload)["results"] if status == 200 else None
         if results is None:
-            self.rec.error("bundle")
+            self.rec.error(self.kind)
         else:
-            self.rec.round_trip("bundle", seconds)
-            self.rec.bundle_sizes.append(len(bundle))
+            self.rec.bundle(self.kind, seconds, len(bundle))
         for index, (_, future) in enumerate(bundle):
             if results is None:
                 future.set_result((502, b""))
@@ -171,12 +188,17 @@ class Recorder:
     def mark(self) -> None:
         self.rtt: dict[str, list[float]] = {}
         self.lag: list[float] = []
-        self.bundle_sizes: list[int] = []
+        self.bundle_sizes: dict[str, list[int]] = {}
         self.errors: dict[str, int] = {}
         self.since = time.time()
 
     def round_trip(self, kind: str, seconds: float) -> None:
         self.rtt.setdefault(kind, []).append(seconds)
+
+    def bundle(self, kind: str, seconds: float, size: int) -> None:
+        """A relay lane's bundle: its round trip and how many calls it carried."""
+        self.round_trip(kind, seconds)
+        self.bundle_sizes.setdefault(kind, []).append(size)
 
     def error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -205,6 +227,7 @@ class Attempt:
         self.base = f"/api/v1/runner/jobs/{job_id}/"
         self.exit_code: int | None = None  # set by `exit`, or by a terminate order
         self.heard_at = float("-inf")  # when a batch's answer last carried an order
+        self.quiet = False  # prints nothing, so it heartbeats on schedule
 
     async def call(self, method: str, what: str, body: object = None) -> tuple[int, bytes]:
         data = b"" if body is None else json.dumps(body).encode()
@@ -251,7 +274,7 @@ class Attempt:
         self.rec.running += 1
         loop = asyncio.get_running_loop()
         now = loop.time()
-        next_line = now + random.uniform(0, self.args.line_s)
+        next_line = float("inf") if self.quiet else now + random.uniform(0, self.args.line_s)
         next_beat = now + random.uniform(0, heartbeat_s)
         seq, pending, due, sender = 0, [], None, None
         while self.exit_code is None:
@@ -323,6 +346,8 @@ async def main(args) -> None:
             job_id, _, token = line.decode().partition(" ")
             relay = relays[len(attempts) % len(relays)] if relays else None
             attempt = Attempt(http, rec, args, job_id, token.strip(), relay)
+            every = args.quiet_every
+            attempt.quiet = every > 0 and len(attempts) % every == every - 1
             attempts.append(attempt)
             tasks.append(asyncio.ensure_future(attempt.run()))
 
@@ -355,4 +380,5 @@ if __name__ == "__main__":
     parser.add_argument("--heartbeat-s", type=float, default=0.0)
     parser.add_argument("--always-heartbeat", action="store_true")
     parser.add_argument("--relay-hosts", type=int, default=0)
+    parser.add_argument("--quiet-every", type=int, default=0)
     asyncio.run(main(parser.parse_args()))

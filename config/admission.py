@@ -14,7 +14,8 @@ arrival order, for up to RUNNER_QUEUE_TIMEOUT_S; past that they are answered 503
 `overloaded` with `Retry-After`.
 Log batches, by far the most of them, may hold at most all slots but one: a heartbeat,
 `started` or `exit` never queues behind a pile of batches (a batch served counts as a
-heartbeat too, `supervision.runner_heard`).
+heartbeat too, `supervision.runner_heard`). A relay's bundle waits as a batch does, except
+its heartbeat lane's (`relay?calls=heartbeat`, heartbeats only), which goes as a heartbeat.
 The runner retries a 503 with backoff and its lines stay spooled on disk until stored, so
 an overloaded control plane slows runners down and loses nothing. Uploads and downloads
 (artifacts, workdirs) are not gated: they are few, and long.
@@ -27,11 +28,14 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 
+from runner.protocol import RELAY_HEARTBEATS_QUERY
+
 ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
 RUNNER_PROTOCOL = re.compile(
     r"^/api/v1/runner/(?:jobs/[^/]+/(spec|started|heartbeat|logs|exit)|(relay))/?$"
 )
 LOG_BATCH = "logs"
+HEARTBEATS_QUERY = RELAY_HEARTBEATS_QUERY.encode()
 OVERLOADED = "overloaded"
 RETRY_AFTER_S = 1
 
@@ -69,8 +73,9 @@ class RunnerAdmission:
             await self.app(scope, receive, send)
             return
         held: list[asyncio.Semaphore] = []
-        # A relay's bundle is mostly log batches: it waits as a batch does.
-        batch = match[1] == LOG_BATCH or match[2] is not None
+        # A relay's bundle is mostly log batches: it waits as a batch does, unless it is
+        # one of heartbeats only (which the view holds it to).
+        batch = match[1] == LOG_BATCH or (match[2] is not None and not _heartbeats_only(scope))
         wanted = [self.batch_slots, self.slots] if batch else [self.slots]
         try:
             async with asyncio.timeout(self.timeout_s):
@@ -87,6 +92,10 @@ class RunnerAdmission:
         finally:
             for semaphore in held:
                 semaphore.release()
+
+
+def _heartbeats_only(scope: dict) -> bool:
+    return scope.get("query_string", b"") == HEARTBEATS_QUERY
 
 
 async def _overloaded(send: Callable, waited_s: float) -> None:

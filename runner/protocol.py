@@ -122,6 +122,9 @@ RELAY_PATH = "/api/v1/runner/relay"
 RELAY_CALL_LOGS = "logs"
 RELAY_CALL_HEARTBEAT = "heartbeat"
 RELAY_MAX_ENTRIES = 500  # entries a bundle may carry
+# A bundle at `RELAY_PATH?calls=heartbeat` carries heartbeats only: admission control lets
+# it in as a heartbeat, not behind the log batches (and any other entry is that entry's 400).
+RELAY_HEARTBEATS_QUERY = "calls=heartbeat"
 
 # -- the workload's JSON lines on stdout (`{"type": ...}`) ----------------------------------
 

@@ -13,10 +13,14 @@ and body. `GET /status` says how many bundles and calls went (`{"bundles", "rela
 "passed_through"}`). Everything else (spec, started, exit, uploads) it sends to the control plane
 itself, and so it does with these two whenever the relay cannot be reached.
 
-How it forwards: one bundle at a time. While a bundle is out, what runners post waits; when
-its answer is back, everything waiting goes in the next (up to `--max-entries` entries and
-about `--max-bytes`). An idle host's batch goes at once, a busy host's go together, and
-since bundles go in the order runners posted, a batch's predecessor is always stored first.
+How it forwards: in two lanes, log batches and heartbeats, each one bundle at a time. While
+a lane's bundle is out, what runners post to it waits; when its answer is back, everything
+waiting goes in the next (up to `--max-entries` entries and about `--max-bytes`). An idle
+host's call goes at once, a busy host's go together, and since a lane's bundles go in the
+order runners posted, a batch's predecessor is always stored first. Heartbeats go to
+`POST relay?calls=heartbeat` in bundles of their own, so a heartbeat never waits behind a
+bundle of batches (which takes the control plane far longer to store) and the control
+plane's admission control lets it in as a heartbeat.
 What it does not bundle goes through on its own, as posted: a gzipped or large body, one
 that is not a JSON object, one of another protocol version. A bundle the control plane
 refuses as a whole (an older one without `relay`) is sent again entry by entry; one it
@@ -44,6 +48,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from runner.protocol import (
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
+    RELAY_CALL_HEARTBEAT,
+    RELAY_CALL_LOGS,
+    RELAY_HEARTBEATS_QUERY,
     RELAY_MAX_ENTRIES,
     RELAY_PATH,
 )
@@ -116,8 +123,19 @@ class Upstream:
         return self.post(path, call.body, headers)
 
 
+class Lane:
+    """The calls of one kind waiting to go, and where their bundles go."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.waiting: deque[Call] = deque()
+        self.ready = threading.Condition()
+
+
 class Relay:
-    """The queue of waiting calls and the thread that forwards them."""
+    """Two lanes of waiting calls, each with the thread that forwards it one bundle at a
+    time: log batches, and heartbeats. A heartbeat never waits for a bundle of batches in
+    flight, nor a batch for a heartbeat; within a lane, calls leave in the order posted."""
 
     def __init__(
         self,
@@ -129,64 +147,81 @@ class Relay:
         self.upstream = upstream
         self.max_entries = max(1, min(max_entries, RELAY_MAX_ENTRIES))
         self.max_bytes = max_bytes
-        self._waiting: deque[Call] = deque()
-        self._ready = threading.Condition()
+        self.lanes = {
+            RELAY_CALL_LOGS: Lane(RELAY_PATH),
+            RELAY_CALL_HEARTBEAT: Lane(f"{RELAY_PATH}?{RELAY_HEARTBEATS_QUERY}"),
+        }
         self._stopped = False
+        self._counting = threading.Lock()
         self.counts = {"bundles": 0, "relayed": 0, "passed_through": 0}
 
+    def start(self) -> None:
+        """Start each lane's forwarding thread."""
+        for name, lane in self.lanes.items():
+            thread = threading.Thread(
+                target=self.forward_forever, args=(lane,), name=f"relay-{name}", daemon=True
+            )
+            thread.start()
+
+    def count(self, name: str, how_many: int = 1) -> None:
+        with self._counting:
+            self.counts[name] += how_many
+
     def submit(self, call: Call, timeout: float) -> Answer:
-        """Queue `call` and wait, at most `timeout` seconds, for its answer."""
-        with self._ready:
-            self._waiting.append(call)
-            self._ready.notify()
+        """Queue `call` in its lane and wait, at most `timeout` seconds, for its answer."""
+        lane = self.lanes[call.call]
+        with lane.ready:
+            lane.waiting.append(call)
+            lane.ready.notify()
         if not call.done.wait(timeout):
             return _error(504, "relay_timeout", "The control plane did not answer in time.")
         return call.answer
 
     def stop(self) -> None:
-        with self._ready:
-            self._stopped = True
-            self._ready.notify_all()
+        for lane in self.lanes.values():
+            with lane.ready:
+                self._stopped = True
+                lane.ready.notify_all()
 
-    def forward_forever(self) -> None:
+    def forward_forever(self, lane: Lane) -> None:
         while True:
-            with self._ready:
-                while not self._waiting and not self._stopped:
-                    self._ready.wait()
+            with lane.ready:
+                while not lane.waiting and not self._stopped:
+                    lane.ready.wait()
                 if self._stopped:
                     return
-                bundle = self._take()
+                bundle = self._take(lane.waiting)
             try:
-                self._forward(bundle)
+                self._forward(lane.path, bundle)
             except Exception as exc:
                 for call in bundle:
                     if not call.done.is_set():
                         call.settle(_error(502, "relay_failed", f"The relay failed: {exc!r}"))
 
-    def _take(self) -> list[Call]:
+    def _take(self, waiting: deque[Call]) -> list[Call]:
         bundle, size = [], 0
-        while self._waiting and len(bundle) < self.max_entries:
-            call = self._waiting[0]
+        while waiting and len(bundle) < self.max_entries:
+            call = waiting[0]
             if bundle and size + len(call.body) > self.max_bytes:
                 break
-            bundle.append(self._waiting.popleft())
+            bundle.append(waiting.popleft())
             size += len(call.body) + len(call.token) + 64
         return bundle
 
-    def _forward(self, bundle: list[Call]) -> None:
+    def _forward(self, path: str, bundle: list[Call]) -> None:
         try:
-            status, raw = self.upstream.post(RELAY_PATH, *_bundle_body(bundle))
+            status, raw = self.upstream.post(path, *_bundle_body(bundle))
         except OSError as exc:
             answer = _error(502, "relay_upstream", f"The control plane cannot be reached: {exc}")
             for call in bundle:
                 call.settle(answer)
             return
-        self.counts["bundles"] += 1
+        self.count("bundles")
         results = _results(status, raw, len(bundle))
         if results is not None:
             for call, (entry_status, body) in zip(bundle, results, strict=True):
                 call.settle((entry_status, body))
-            self.counts["relayed"] += len(bundle)
+            self.count("relayed", len(bundle))
         elif status >= 500:
             for call in bundle:
                 call.settle((status, raw))  # the runner retries
@@ -272,7 +307,7 @@ class Handler(BaseHTTPRequestHandler):
         if bundled:
             self._answer(self.server.relay.submit(call, self.server.call_timeout))
             return
-        self.server.relay.counts["passed_through"] += 1
+        self.server.relay.count("passed_through")
         headers = {
             name: self.headers[name]
             for name in ("Authorization", PROTOCOL_HEADER, "Content-Encoding")
@@ -315,11 +350,11 @@ class RelayServer(ThreadingHTTPServer):
 def serve(
     listen: tuple[str, int], upstream_url: str, *, max_entries: int = RELAY_MAX_ENTRIES
 ) -> RelayServer:
-    """A started relay (its forwarding thread running); `serve_forever` it, then
+    """A started relay (its forwarding threads running); `serve_forever` it, then
     `shutdown` and `relay.stop()`."""
     relay = Relay(Upstream(upstream_url), max_entries=max_entries)
     server = RelayServer(listen, relay, call_timeout=UPSTREAM_TIMEOUT_S)
-    threading.Thread(target=relay.forward_forever, name="relay-forward", daemon=True).start()
+    relay.start()
     return server
 
 

@@ -42,7 +42,7 @@ class HeldApp:
             self.inside -= 1
 
 
-async def _request(app, path: str) -> tuple[int, dict[bytes, bytes], bytes]:
+async def _request(app, path: str, query: bytes = b"") -> tuple[int, dict[bytes, bytes], bytes]:
     sent: list[dict] = []
 
     async def receive() -> dict:
@@ -51,7 +51,8 @@ async def _request(app, path: str) -> tuple[int, dict[bytes, bytes], bytes]:
     async def send(message: dict) -> None:
         sent.append(message)
 
-    await app({"type": "http", "method": "POST", "path": path, "headers": []}, receive, send)
+    scope = {"type": "http", "method": "POST", "path": path, "query_string": query, "headers": []}
+    await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return start["status"], dict(start["headers"]), body
@@ -132,6 +133,24 @@ async def test_a_relays_bundle_waits_as_a_log_batch_does():
     assert (await second)[0] == 503  # a bundle, like a batch, never takes the last slot
     inner.release.set()
     assert [(await task)[0] for task in (first, beat)] == [200, 200]
+
+
+async def test_a_relays_heartbeat_lane_bundle_goes_in_as_a_heartbeat():
+    """The relay's heartbeats-only bundle (`relay?calls=heartbeat`) takes the slot the
+    batches leave over, like a heartbeat: it never waits behind a bundle of batches."""
+    inner = HeldApp()
+    gate = RunnerAdmission(inner, limit=2, timeout_s=0.2)
+    batches = asyncio.create_task(_request(gate, "/api/v1/runner/relay"))
+    await _until(lambda: inner.inside == 1)
+
+    other_query = asyncio.create_task(_request(gate, "/api/v1/runner/relay", b"calls=logs"))
+    await asyncio.sleep(0.05)
+    assert inner.inside == 1  # any other bundle waits as a batch does
+    beats = asyncio.create_task(_request(gate, "/api/v1/runner/relay", b"calls=heartbeat"))
+    await _until(lambda: inner.inside == 2)
+    assert (await other_query)[0] == 503
+    inner.release.set()
+    assert [(await task)[0] for task in (batches, beats)] == [200, 200]
 
 
 @pytest.mark.parametrize(

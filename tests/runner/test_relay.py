@@ -27,15 +27,18 @@ class Upstream:
     `bundle_answer` says; every request it got is in `seen`."""
 
     def __init__(self) -> None:
-        self.seen: list[tuple[str, dict, object]] = []
+        self.seen: list[tuple[str, dict, object]] = []  # (path, headers, body)
+        self.queries: list[str] = []  # each request's query string, in the same order
         self.bundle_answer: tuple[int, object] | None = None
         self.first_bundle_delay = 0.0
         self.lock = threading.Lock()
         self.server = HttpServer(self.handle).start()
 
     def handle(self, method, path, headers, body):
+        path, _, query = path.partition("?")
         with self.lock:
             self.seen.append((path, headers, body))
+            self.queries.append(query)
             first = sum(1 for seen in self.seen if seen[0] == RELAY_PATH) == 1
         if path != RELAY_PATH:
             return 200, {"alone": path.rsplit("/", 1)[-1], "token": headers["Authorization"]}
@@ -50,8 +53,13 @@ class Upstream:
             ]
         }
 
-    def bundles(self) -> list[list[dict]]:
-        return [body["entries"] for path, _, body in self.seen if path == RELAY_PATH]
+    def bundles(self, query: str | None = None) -> list[list[dict]]:
+        """The entries of each bundle, of every lane or of the one at `query`."""
+        return [
+            body["entries"]
+            for (path, _, body), sent_at in zip(self.seen, self.queries, strict=True)
+            if path == RELAY_PATH and query in (None, sent_at)
+        ]
 
 
 @pytest.fixture
@@ -130,6 +138,39 @@ def test_calls_that_wait_while_a_bundle_is_out_go_together_in_the_next(relay, up
 
     assert sorted(answer[1]["job"] for answer in answers) == sorted(f"job_{n}" for n in range(11))
     assert [len(bundle) for bundle in upstream.bundles()] == [1, 10]
+
+
+def test_a_heartbeat_goes_at_once_while_a_bundle_of_batches_is_out(relay, upstream):
+    """Heartbeats have a lane of their own: one posted while a slow bundle of log batches is
+    out is answered before that bundle, from a bundle of heartbeats only that goes to
+    `relay?calls=heartbeat` (admission control lets it in as a heartbeat); the batches keep
+    their order in theirs."""
+    upstream.first_bundle_delay = 1.5
+    answered: list[str] = []
+
+    def post(job: str, call: str, body: bytes) -> None:
+        _post(relay.url, job, call, body)
+        answered.append(f"{job} {call}")
+
+    slow = threading.Thread(target=post, args=("job_0", "logs", b'{"lines": []}'))
+    slow.start()
+    time.sleep(0.2)  # the first bundle of batches is out
+    later = threading.Thread(target=post, args=("job_1", "logs", b'{"lines": []}'))
+    later.start()
+    post("job_2", "heartbeat", b'{"last_seq": 4}')
+    beat_answered_while_batches_out = slow.is_alive()
+    slow.join(10)
+    later.join(10)
+
+    assert beat_answered_while_batches_out
+    assert answered == ["job_2 heartbeat", "job_0 logs", "job_1 logs"]
+    assert [[entry["job_id"] for entry in bundle] for bundle in upstream.bundles("")] == [
+        ["job_0"],
+        ["job_1"],
+    ]
+    assert upstream.bundles("calls=heartbeat") == [
+        [{"job_id": "job_2", "token": "tok", "call": "heartbeat", "body": {"last_seq": 4}}]
+    ]
 
 
 def test_a_control_plane_without_relay_gets_each_call_on_its_own(relay, upstream):

@@ -11,6 +11,10 @@ it would have had. One entry's refusal (a bad token, another job's id, a malform
 superseded attempt) is that entry's answer and never touches another's. An entry's
 `follows` is not waited for: a relay sends one bundle at a time, in the order its runners
 posted, so a batch's predecessor is stored before it or in the same bundle.
+
+At `relay?calls=heartbeat` a bundle carries heartbeats only (the relay's heartbeat lane):
+admission control (`config/admission.py`) lets it in as a heartbeat, not behind the log
+batches, and an entry of another call there is that entry's 400.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 MAX_ENTRIES = protocol.RELAY_MAX_ENTRIES
 CALLS = frozenset({protocol.RELAY_CALL_LOGS, protocol.RELAY_CALL_HEARTBEAT})
+HEARTBEATS_ONLY = frozenset({protocol.RELAY_CALL_HEARTBEAT})
 Result = dict  # {"status": int, "body": dict}
 
 
@@ -67,13 +72,14 @@ def relay(request: HttpRequest) -> JsonResponse:
     if refusal is not None:
         return refusal
     try:
+        calls = _calls(request)
         entries = _entries(json_body(request))
     except ApiError as exc:
         return JsonResponse(error_body(*refusal_of(exc)[1:]), status=exc.status_code)
     results: list[Result | None] = [None] * len(entries)
     nonces = {}
     for index, entry in enumerate(entries):
-        problem = _malformed(entry, index)
+        problem = _malformed(entry, index, calls)
         if problem is not None:
             results[index] = problem
             continue
@@ -106,6 +112,17 @@ def relay(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"results": results})
 
 
+def _calls(request: HttpRequest) -> frozenset[str]:
+    """The calls this bundle may carry: both, or heartbeats only (`?calls=heartbeat`, the
+    relay's heartbeat lane, which admission control lets in as a heartbeat)."""
+    wanted = request.GET.get("calls")
+    if wanted is None:
+        return CALLS
+    if wanted != protocol.RELAY_CALL_HEARTBEAT:
+        raise InvalidRequest("calls may only be heartbeat.", "calls")
+    return HEARTBEATS_ONLY
+
+
 def _entries(payload: object) -> list:
     if not isinstance(payload, dict) or not isinstance(payload.get("entries"), list):
         raise InvalidRequest("The body must be an object with a list of entries.", "entries")
@@ -114,7 +131,7 @@ def _entries(payload: object) -> list:
     return payload["entries"]
 
 
-def _malformed(entry: object, index: int) -> Result | None:
+def _malformed(entry: object, index: int, calls: frozenset[str]) -> Result | None:
     """The 400 answer of an entry that is not `{"job_id", "token", "call", "body"}`."""
     where = f"entries[{index}]"
     if not isinstance(entry, dict):
@@ -122,8 +139,9 @@ def _malformed(entry: object, index: int) -> Result | None:
     for name in ("job_id", "token"):
         if not isinstance(entry.get(name), str):
             return _refused(400, "invalid_request", f"{name} must be a string.", f"{where}.{name}")
-    if entry.get("call") not in CALLS:
-        return _refused(400, "invalid_request", "call must be logs or heartbeat.", f"{where}.call")
+    if entry.get("call") not in calls:
+        allowed = " or ".join(sorted(calls, reverse=True))
+        return _refused(400, "invalid_request", f"call must be {allowed}.", f"{where}.call")
     if not isinstance(entry.get("body", {}), dict):
         return _refused(400, "invalid_request", "body must be an object.", f"{where}.body")
     return None

@@ -191,6 +191,39 @@ def test_a_token_past_its_grace_opens_nothing_in_a_bundle(attempts):
     assert _stored(first) == []
 
 
+def test_a_heartbeat_lane_bundle_records_heartbeats_and_refuses_anything_else(attempts):
+    first, second, _ = attempts
+    Attempt.objects.filter(pk__in=[first.pk, second.pk]).update(last_heartbeat_at=None)
+    entries = [_beat(first), _logs(second, ["not here"]), _beat(second)]
+
+    response = Client().post(
+        f"{RELAY}?calls=heartbeat", {"entries": entries}, content_type="application/json"
+    )
+
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [result["status"] for result in results] == [200, 400, 200]
+    assert results[1]["body"]["error"]["type"] == "invalid_request"
+    assert results[1]["body"]["error"]["param"] == "entries[1].call"
+    assert "heartbeat" in results[1]["body"]["error"]["message"]
+    assert _stored(second) == []
+    beats = Attempt.objects.filter(pk__in=[first.pk, second.pk], last_heartbeat_at__isnull=False)
+    assert beats.count() == 2
+
+
+def test_a_bundle_for_calls_the_relay_protocol_has_no_lane_for_is_refused(attempts):
+    response = Client().post(
+        f"{RELAY}?calls=logs",
+        {"entries": [_logs(attempts[0], ["x"])]},
+        content_type="application/json",
+    )
+
+    assert response.status_code == 400
+    assert response.json()["error"]["type"] == "invalid_request"
+    assert response.json()["error"]["param"] == "calls"
+    assert _stored(attempts[0]) == []
+
+
 @pytest.mark.parametrize(
     ("body", "param"),
     [
