@@ -38,6 +38,11 @@ notes then give the bundles' mean size and the web CPU per runner call. Every
 `BENCH_SCALE_QUIET_EVERY`-th (default 10th) of a level's generated attempts prints nothing
 and so heartbeats every 5 s: a level's heartbeat figure is made of theirs (the others' batch
 answers stand in for heartbeats, and they send almost none). 0: every attempt prints.
+`BENCH_SCALE_PEOPLE_WEB=1` serves people (the browser, the API submits) from a second web
+process and the runners from the first, as README's "Running at scale" suggests; the cores
+then name it `people`.
+`BENCH_SCALE_RELAY_ONE_LANE=1` has the played relays send heartbeats in the batches' bundles,
+as the relay did before heartbeats had a lane of their own.
 
 Targets (#19, at 1,000 live attempts): reconcile p95 ≤ 2 s; heartbeat p95 ≤ 10x idle;
 ingestion lag p95 ≤ 2 s; event to screen p95 ≤ 3x idle; 1,000 submits → all running ≤ 60 s;
@@ -84,6 +89,12 @@ ALWAYS_HEARTBEAT = os.environ.get("BENCH_SCALE_ALWAYS_HEARTBEAT", "") not in (""
 # their log batches and heartbeats (`runner.relay`); 0: every runner talks on its own.
 RELAY_HOSTS = int(os.environ.get("BENCH_SCALE_RELAY_HOSTS", 0))
 RELAYED = ("logs", "heartbeat")
+# People's web process: the browser and the API submits go to a web process of their own,
+# the runners (and their relays) to the stack's, as TRAINYARD_PUBLIC_URL tells them.
+PEOPLE_WEB = os.environ.get("BENCH_SCALE_PEOPLE_WEB", "") not in ("", "0")
+# The generator's relays send heartbeats with the batches, one bundle at a time, as the
+# relay did before heartbeats had a lane of their own (a before/after switch).
+RELAY_ONE_LANE = os.environ.get("BENCH_SCALE_RELAY_ONE_LANE", "") not in ("", "0")
 BUNDLES = ("bundle", "beat bundle")  # the generator's kinds for a relay's two lanes
 # Every K-th of the generator's attempts prints nothing and so heartbeats on schedule (a
 # job loading its model, between epochs): the heartbeats the level's figure is made of.
@@ -274,6 +285,8 @@ class Loadgen:
             args.append("--always-heartbeat")
         if RELAY_HOSTS:
             args += ["--relay-hosts", str(RELAY_HOSTS)]
+        if RELAY_ONE_LANE:
+            args.append("--one-lane")
         self.proc = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
@@ -569,6 +582,36 @@ def report(idle_values: dict, results: list[dict]) -> None:
         print(f"reconcile p50 at 1,000 ÷ at 100: {ratio:.1f} (target ≤ 12)", flush=True)
 
 
+def start_people_web(stack) -> str:
+    """A second web process (uvicorn, one process) for people: pages, their websockets and the
+    API. The stack's own web process keeps the runners, whose control URL
+    (TRAINYARD_PUBLIC_URL) is its. Stopped with the stack."""
+    from tests.integration.stack import Proc
+    from tests.live import BIN, free_port, wait_until
+
+    port = free_port()
+    args = [str(BIN / "uvicorn"), "config.asgi:application", "--host", "127.0.0.1"]
+    proc = Proc(
+        "people",
+        [*args, "--port", str(port), "--log-level", "warning"],
+        stack.workdir / "people.log",
+    )
+    proc.start(stack.env())
+    stack.procs["people"] = proc
+    url = f"http://127.0.0.1:{port}"
+
+    def answers() -> bool:
+        import requests
+
+        try:
+            return requests.get(f"{url}/healthz", timeout=1).status_code == 200
+        except requests.RequestException:
+            return False
+
+    wait_until(answers, timeout=30, what=f"people's web server\n{proc.tail()}")
+    return url
+
+
 def main() -> int:
     from live_stack import production_stack, setup_django, stop_runners
 
@@ -595,8 +638,9 @@ def main() -> int:
         # are plain blocking ones (the pushes that need async_to_sync run in Browser.writer).
         # Set after the stack started, so its processes never see it.
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-        api = Api(stack.url, key)
-        browser = Browser(stack.url, user)
+        people_url = start_people_web(stack) if PEOPLE_WEB else stack.url
+        api = Api(people_url, key)
+        browser = Browser(people_url, user)
         idle_values = idle(stack, api, browser, fifo)
         print(json.dumps({"idle": idle_values}), flush=True)
         # Each level's figures are printed as it ends (raw, then the table so far): a run

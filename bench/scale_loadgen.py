@@ -29,7 +29,8 @@ With `--relay-hosts H` the attempts are spread over H hosts, each with a host re
 their host's two lanes, each of which sends to `POST relay` one bundle at a time
 (everything that waited while the last one was out, up to 500 entries, gzipped from 32 kB;
 heartbeats to `relay?calls=heartbeat`), each on a fresh connection; a round trip is then
-what the runner sees, relay wait included.
+what the runner sees, relay wait included. `--one-lane` plays the relay as it was before
+heartbeats had a lane of their own: they wait in the batches' queue.
 
 It records, per request kind, the round trip of every request, and for every line the time
 from its "print" to the answer that stored it (ingestion lag). Commands on stdin, one per
@@ -111,11 +112,14 @@ class HostRelay:
 
     RELAY_PATH = "/api/v1/runner/relay"
 
-    def __init__(self, http: Http, rec: Recorder) -> None:
-        self.lanes = {
-            "logs": RelayLane(http, rec, self.RELAY_PATH, "bundle"),
-            "heartbeat": RelayLane(http, rec, self.RELAY_PATH + "?calls=heartbeat", "beat bundle"),
-        }
+    def __init__(self, http: Http, rec: Recorder, one_lane: bool = False) -> None:
+        logs = RelayLane(http, rec, self.RELAY_PATH, "bundle")
+        beats = (
+            logs
+            if one_lane
+            else RelayLane(http, rec, self.RELAY_PATH + "?calls=heartbeat", "beat bundle")
+        )
+        self.lanes = {"logs": logs, "heartbeat": beats}
 
     async def submit(self, job_id: str, token: str, call: str, body: bytes):
         return await self.lanes[call].submit(job_id, token, call, body)
@@ -331,7 +335,7 @@ class Attempt:
 
 async def main(args) -> None:
     http, rec = Http(args.url), Recorder()
-    relays = [HostRelay(http, rec) for _ in range(args.relay_hosts)]
+    relays = [HostRelay(http, rec, args.one_lane) for _ in range(args.relay_hosts)]
     attempts: list[Attempt] = []
     tasks: list[asyncio.Task] = []
     loop = asyncio.get_running_loop()
@@ -381,4 +385,5 @@ if __name__ == "__main__":
     parser.add_argument("--always-heartbeat", action="store_true")
     parser.add_argument("--relay-hosts", type=int, default=0)
     parser.add_argument("--quiet-every", type=int, default=0)
+    parser.add_argument("--one-lane", action="store_true")
     asyncio.run(main(parser.parse_args()))
