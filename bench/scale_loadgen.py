@@ -29,8 +29,10 @@ With `--relay-hosts H` the attempts are spread over H hosts, each with a host re
 their host's two lanes, each of which sends to `POST relay` one bundle at a time
 (everything that waited while the last one was out, up to 500 entries, gzipped from 32 kB;
 heartbeats to `relay?calls=heartbeat`), each on a fresh connection; a round trip is then
-what the runner sees, relay wait included. `--one-lane` plays the relay as it was before
-heartbeats had a lane of their own: they wait in the batches' queue.
+what the runner sees, relay wait included. A bundle of batches leaves at most every
+`--batch-interval-ms` (200, the relay's default; 0: as soon as the last is back).
+`--one-lane` plays the relay as it was before heartbeats had a lane of their own: they wait
+in the batches' queue.
 
 It records, per request kind, the round trip of every request, and for every line the time
 from its "print" to the answer that stored it (ingestion lag). Commands on stdin, one per
@@ -112,8 +114,10 @@ class HostRelay:
 
     RELAY_PATH = "/api/v1/runner/relay"
 
-    def __init__(self, http: Http, rec: Recorder, one_lane: bool = False) -> None:
-        logs = RelayLane(http, rec, self.RELAY_PATH, "bundle")
+    def __init__(
+        self, http: Http, rec: Recorder, one_lane: bool = False, batch_interval_s: float = 0.0
+    ) -> None:
+        logs = RelayLane(http, rec, self.RELAY_PATH, "bundle", batch_interval_s)
         beats = (
             logs
             if one_lane
@@ -134,8 +138,11 @@ class RelayLane:
     RELAY_MAX_ENTRIES = 500
     GZIP_MIN_BYTES = 32 * 1024
 
-    def __init__(self, http: Http, rec: Recorder, path: str, kind: str) -> None:
+    def __init__(
+        self, http: Http, rec: Recorder, path: str, kind: str, min_interval_s: float = 0.0
+    ) -> None:
         self.http, self.rec, self.path, self.kind = http, rec, path, kind
+        self.min_interval_s = min_interval_s
         self.waiting: list[tuple[bytes, asyncio.Future]] = []
         self.wake = asyncio.Event()
         self.task = asyncio.ensure_future(self.forward_forever())
@@ -150,12 +157,18 @@ class RelayLane:
         return status, payload, time.perf_counter() - started
 
     async def forward_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_sent = float("-inf")
         while True:
             await self.wake.wait()
             self.wake.clear()
             while self.waiting:
+                due = last_sent + self.min_interval_s - loop.time()
+                if due > 0 and len(self.waiting) < self.RELAY_MAX_ENTRIES:
+                    await asyncio.sleep(due)  # a busy host's batches gather meanwhile
                 bundle = self.waiting[: self.RELAY_MAX_ENTRIES]
                 del self.waiting[: self.RELAY_MAX_ENTRIES]
+                last_sent = loop.time()
                 await self.forward(bundle)
 
     async def forward(self, bundle: list[tuple[bytes, asyncio.Future]]) -> None:
@@ -335,7 +348,10 @@ class Attempt:
 
 async def main(args) -> None:
     http, rec = Http(args.url), Recorder()
-    relays = [HostRelay(http, rec, args.one_lane) for _ in range(args.relay_hosts)]
+    relays = [
+        HostRelay(http, rec, args.one_lane, args.batch_interval_ms / 1000)
+        for _ in range(args.relay_hosts)
+    ]
     attempts: list[Attempt] = []
     tasks: list[asyncio.Task] = []
     loop = asyncio.get_running_loop()
@@ -386,4 +402,5 @@ if __name__ == "__main__":
     parser.add_argument("--relay-hosts", type=int, default=0)
     parser.add_argument("--quiet-every", type=int, default=0)
     parser.add_argument("--one-lane", action="store_true")
+    parser.add_argument("--batch-interval-ms", type=float, default=200.0)
     asyncio.run(main(parser.parse_args()))

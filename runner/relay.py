@@ -20,7 +20,10 @@ host's call goes at once, a busy host's go together, and since a lane's bundles 
 order runners posted, a batch's predecessor is always stored first. Heartbeats go to
 `POST relay?calls=heartbeat` in bundles of their own, so a heartbeat never waits behind a
 bundle of batches (which takes the control plane far longer to store) and the control
-plane's admission control lets it in as a heartbeat.
+plane's admission control lets it in as a heartbeat. A bundle of batches leaves at most
+every `--batch-interval-ms` (200): on a busy host the batches of a fifth of a second go
+together, in fewer and bigger bundles (the control plane's cost is mostly per request); an
+idle host's batch still goes at once, as does every heartbeat.
 What it does not bundle goes through on its own, as posted: a gzipped or large body, one
 that is not a JSON object, one of another protocol version. A bundle the control plane
 refuses as a whole (an older one without `relay`) is sent again entry by entry; one it
@@ -39,6 +42,7 @@ import json
 import re
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections import deque
@@ -61,6 +65,10 @@ INLINE_MAX_BYTES = 256 * 1024  # a bigger body goes through on its own
 BUNDLE_MAX_BYTES = 2 * 1024 * 1024
 GZIP_MIN_BYTES = 32 * 1024
 UPSTREAM_TIMEOUT_S = 30.0
+# A bundle of batches leaves at most this often: a busy host's batches gather meanwhile, so
+# its bundles are fewer and bigger (each costs the control plane a request and a
+# transaction); an idle host's batch still goes at once. Heartbeats never wait for it.
+BATCH_INTERVAL_S = 0.2
 USER_AGENT = "trainyard-relay/1"
 
 Answer = tuple[int, bytes]
@@ -124,12 +132,15 @@ class Upstream:
 
 
 class Lane:
-    """The calls of one kind waiting to go, and where their bundles go."""
+    """The calls of one kind waiting to go, where their bundles go, and how long after a
+    bundle left the next may leave (`min_interval_s`: while it runs, calls gather)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, min_interval_s: float = 0.0) -> None:
         self.path = path
+        self.min_interval_s = min_interval_s
         self.waiting: deque[Call] = deque()
         self.ready = threading.Condition()
+        self.last_sent = float("-inf")  # time.monotonic() when the last bundle left
 
 
 class Relay:
@@ -143,12 +154,13 @@ class Relay:
         *,
         max_entries: int = RELAY_MAX_ENTRIES,
         max_bytes: int = BUNDLE_MAX_BYTES,
+        batch_interval_s: float = BATCH_INTERVAL_S,
     ) -> None:
         self.upstream = upstream
         self.max_entries = max(1, min(max_entries, RELAY_MAX_ENTRIES))
         self.max_bytes = max_bytes
         self.lanes = {
-            RELAY_CALL_LOGS: Lane(RELAY_PATH),
+            RELAY_CALL_LOGS: Lane(RELAY_PATH, max(0.0, batch_interval_s)),
             RELAY_CALL_HEARTBEAT: Lane(f"{RELAY_PATH}?{RELAY_HEARTBEATS_QUERY}"),
         }
         self._stopped = False
@@ -186,11 +198,16 @@ class Relay:
     def forward_forever(self, lane: Lane) -> None:
         while True:
             with lane.ready:
-                while not lane.waiting and not self._stopped:
-                    lane.ready.wait()
+                while not self._stopped:
+                    due = lane.last_sent + lane.min_interval_s - time.monotonic()
+                    full = len(lane.waiting) >= self.max_entries
+                    if lane.waiting and (due <= 0 or full):
+                        break
+                    lane.ready.wait(due if lane.waiting else None)
                 if self._stopped:
                     return
                 bundle = self._take(lane.waiting)
+                lane.last_sent = time.monotonic()
             try:
                 self._forward(lane.path, bundle)
             except Exception as exc:
@@ -348,11 +365,17 @@ class RelayServer(ThreadingHTTPServer):
 
 
 def serve(
-    listen: tuple[str, int], upstream_url: str, *, max_entries: int = RELAY_MAX_ENTRIES
+    listen: tuple[str, int],
+    upstream_url: str,
+    *,
+    max_entries: int = RELAY_MAX_ENTRIES,
+    batch_interval_s: float = BATCH_INTERVAL_S,
 ) -> RelayServer:
     """A started relay (its forwarding threads running); `serve_forever` it, then
     `shutdown` and `relay.stop()`."""
-    relay = Relay(Upstream(upstream_url), max_entries=max_entries)
+    relay = Relay(
+        Upstream(upstream_url), max_entries=max_entries, batch_interval_s=batch_interval_s
+    )
     server = RelayServer(listen, relay, call_timeout=UPSTREAM_TIMEOUT_S)
     relay.start()
     return server
@@ -370,10 +393,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listen", type=_address, default=("127.0.0.1", 8790))
     parser.add_argument("--upstream", required=True, help="the control plane's base URL")
     parser.add_argument("--max-entries", type=int, default=RELAY_MAX_ENTRIES)
+    parser.add_argument(
+        "--batch-interval-ms",
+        type=float,
+        default=BATCH_INTERVAL_S * 1000,
+        help="least time between two bundles of log batches (0: one as soon as the last is back)",
+    )
     args = parser.parse_args(argv)
     if not args.upstream.startswith(("http://", "https://")):
         parser.error("--upstream must start with http:// or https://")
-    server = serve(args.listen, args.upstream, max_entries=args.max_entries)
+    server = serve(
+        args.listen,
+        args.upstream,
+        max_entries=args.max_entries,
+        batch_interval_s=args.batch_interval_ms / 1000,
+    )
     host, port = server.server_address[:2]
     print(json.dumps({"listening": f"http://{host}:{port}"}), flush=True)
     try:

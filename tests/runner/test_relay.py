@@ -173,6 +173,40 @@ def test_a_heartbeat_goes_at_once_while_a_bundle_of_batches_is_out(relay, upstre
     ]
 
 
+def test_a_busy_hosts_batches_gather_for_the_batch_interval_and_an_idle_ones_go_at_once(upstream):
+    """A bundle of batches leaves at most every batch interval: the first batch goes at
+    once, those posted within the interval after it go together in the next bundle, and a
+    heartbeat meanwhile goes at once in its own lane."""
+    server = relay_module.serve(("127.0.0.1", 0), upstream.server.url, batch_interval_s=1.0)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        began = time.monotonic()
+        first = _post(url, "job_0", "logs", b'{"lines": []}')
+        first_took = time.monotonic() - began
+        later = [
+            threading.Thread(target=_post, args=(url, f"job_{n}", "logs", b'{"lines": []}'))
+            for n in range(1, 4)
+        ]
+        for thread in later:
+            thread.start()
+        beat_began = time.monotonic()
+        _post(url, "job_9", "heartbeat", b"{}")
+        beat_took = time.monotonic() - beat_began
+        for thread in later:
+            thread.join(10)
+    finally:
+        server.shutdown()
+        server.relay.stop()
+        server.server_close()
+
+    assert first == (200, {"call": "logs", "job": "job_0"})
+    assert first_took < 0.8 and beat_took < 0.8  # neither waited for the interval
+    batches = [sorted(entry["job_id"] for entry in bundle) for bundle in upstream.bundles("")]
+    assert batches == [["job_0"], ["job_1", "job_2", "job_3"]]
+    assert len(upstream.bundles("calls=heartbeat")) == 1
+
+
 def test_a_control_plane_without_relay_gets_each_call_on_its_own(relay, upstream):
     upstream.bundle_answer = (404, {"error": {"type": "not_found"}})
 
