@@ -594,7 +594,7 @@ def start_people_web(stack) -> str:
     """A second web process (uvicorn, one process) for people: pages, their websockets and the
     API. The stack's own web process keeps the runners, whose control URL
     (TRAINYARD_PUBLIC_URL) is its. Stopped with the stack."""
-    from tests.integration.stack import Proc
+    from tests.integration.stack import Proc, web_answers
     from tests.live import BIN, free_port, wait_until
 
     port = free_port()
@@ -607,16 +607,7 @@ def start_people_web(stack) -> str:
     proc.start(stack.env())
     stack.procs["people"] = proc
     url = f"http://127.0.0.1:{port}"
-
-    def answers() -> bool:
-        import requests
-
-        try:
-            return requests.get(f"{url}/healthz", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
-
-    wait_until(answers, timeout=30, what=f"people's web server\n{proc.tail()}")
+    wait_until(lambda: web_answers(url), timeout=30, what=f"people's web server\n{proc.tail()}")
     return url
 
 

@@ -133,13 +133,7 @@ class Stack:
             ],
         )
         web.start(self.env())
-        wait_until(self._web_answers, timeout=30, what=f"web server\n{web.tail()}")
-
-    def _web_answers(self) -> bool:
-        try:
-            return requests.get(f"{self.url}/healthz", timeout=1).status_code == 200
-        except requests.RequestException:
-            return False
+        wait_until(lambda: web_answers(self.url), timeout=30, what=f"web server\n{web.tail()}")
 
     def start_worker(self, **extra: str) -> None:
         worker = self._proc(
@@ -232,6 +226,14 @@ class Stack:
 
     def logs(self, lines: int = 40) -> str:
         return "\n\n".join(f"== {p.name}\n{p.tail(lines)}" for p in self.procs.values())
+
+
+def web_answers(url: str) -> bool:
+    """Whether the web server at `url` answers its health check."""
+    try:
+        return requests.get(f"{url}/healthz", timeout=1).status_code == 200
+    except requests.RequestException:
+        return False
 
 
 def python_command(code: str) -> list[str]:
