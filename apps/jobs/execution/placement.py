@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import connection
-from django.db.models import F, IntegerField, Q, Sum, Value
+from django.db.models import F, IntegerField, OuterRef, Q, Subquery, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -70,16 +70,21 @@ def offers_with_free_capacity(
     nothing worth a database-specific expression, and the result is the same either way.
     """
     in_sql = connection.features.supports_json_field_contains
+    # The live attempts' GPUs by a subquery on the partial index `attempt_live_offer`: a
+    # join of all the offer's attempts would read its whole history on every placement.
+    live_gpus = (
+        Attempt.objects.filter(offer=OuterRef("pk"), ended_at__isnull=True)
+        .order_by()
+        .values("offer")
+        .annotate(total=Sum("gpu_count"))
+        .values("total")
+    )
     offers = (
         Offer.objects.enabled()
         .filter(accelerator__name=accelerator)
         .select_related("provider", "accelerator")
         .annotate(
-            used=Coalesce(
-                Sum("attempts__gpu_count", filter=Q(attempts__ended_at__isnull=True)),
-                Value(0),
-                output_field=IntegerField(),
-            ),
+            used=Coalesce(Subquery(live_gpus), Value(0), output_field=IntegerField()),
             free=F("capacity") - F("used"),
             job_price_micros_hr=F("price_per_gpu_hour_micros") * Value(gpu_count),
         )
