@@ -152,6 +152,9 @@ class SlurmCluster:
             "JobAcctGatherType": "jobacct_gather/none",
             "AccountingStorageType": "accounting_storage/none",
             "KillWait": 5,
+            # A client retries a controller that does not answer for MessageTimeout - 1 s
+            # (default 10: the tests that stop the controller waited 9 s per command).
+            "MessageTimeout": 5,
             "MinJobAge": MIN_JOB_AGE_S,
             # The main loop (which preempts) every 2 s, not every 60 s.
             "SchedulerParameters": (
