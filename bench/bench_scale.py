@@ -42,6 +42,9 @@ answers stand in for heartbeats, and they send almost none). 0: every attempt pr
 `BENCH_SCALE_PEOPLE_WEB=1` serves people (the browser, the API submits) from a second web
 process and the runners from the first, as README's "Running at scale" suggests; the cores
 then name it `people`.
+`BENCH_SCALE_REAL_RELAY=1` has the real runners talk through one host relay
+(`python -m runner.relay`, started with the stack, named by the real provider's `relay_url`)
+instead of each on its own.
 `BENCH_SCALE_RELAY_ONE_LANE=1` has the played relays send heartbeats in the batches' bundles,
 as the relay did before heartbeats had a lane of their own;
 `BENCH_SCALE_RELAY_BATCH_INTERVAL_MS` (default 200, the relay's) sets the least time between
@@ -103,6 +106,9 @@ RELAY_ONE_LANE = os.environ.get("BENCH_SCALE_RELAY_ONE_LANE", "") not in ("", "0
 # --batch-interval-ms; 0: one as soon as the last is back, as before it had one).
 RELAY_BATCH_INTERVAL_MS = float(os.environ.get("BENCH_SCALE_RELAY_BATCH_INTERVAL_MS", 200))
 BUNDLES = ("bundle", "beat bundle")  # the generator's kinds for a relay's two lanes
+# The real runners talk through one host relay (`python -m runner.relay`, started here, its
+# address the real provider's `relay_url`), as README's "Running at scale" suggests.
+REAL_RELAY = os.environ.get("BENCH_SCALE_REAL_RELAY", "") not in ("", "0")
 # Every K-th of the generator's attempts prints nothing and so heartbeats on schedule (a
 # job loading its model, between epochs): the heartbeats the level's figure is made of.
 # The others' batch answers stand in for their heartbeats and they send almost none.
@@ -458,6 +464,7 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
     else:
         result["lag"] = sampler.lag
         result["pss_mib_per_runner"] = runner_memory(name)
+    print(json.dumps(result), flush=True)  # measured: a level that fails to end keeps them
     if gen:
         gen.finish()
         # A job placed again after the generator let go of it (its attempt was lost) has no
@@ -465,8 +472,24 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
         ids = unplayed(name)
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(api.terminate, ids))
-    wait_ended(name)
+    end_level(api, name)
     return result
+
+
+def end_level(api: Api, name: str, timeout: float = 600) -> None:
+    """Wait until every job of the level has ended. A job still waiting for a place or a
+    runner's start after a while (its attempt lost after the generator let go of it, and
+    placed again: no one plays its runner) is terminated, and again every 30 s."""
+    deadline = time.monotonic() + timeout
+    next_sweep = time.monotonic() + 30
+    while count(name, ["requested", "preempted", *LIVE]):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"jobs {name} did not end")
+        if time.monotonic() > next_sweep:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(api.terminate, unplayed(name)))
+            next_sweep = time.monotonic() + 30
+        time.sleep(0.5)
 
 
 def dispatch_stages(name: str) -> dict:
@@ -611,6 +634,42 @@ def start_people_web(stack) -> str:
     return url
 
 
+def start_real_relay(stack) -> None:
+    """One host relay for the real runners (a process of the stack, stopped with it); the
+    real provider's runners are told its address."""
+    from apps.providers.models import Provider
+    from tests.integration.stack import Proc
+    from tests.live import free_port, wait_until
+
+    port = free_port()
+    proc = Proc(
+        "relay",
+        [
+            sys.executable,
+            "-m",
+            "runner.relay",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--upstream",
+            stack.url,
+        ],
+        stack.workdir / "relay.log",
+    )
+    proc.start(stack.env())
+    stack.procs["relay"] = proc
+    wait_until(lambda: _listening(port), timeout=30, what=f"the host relay\n{proc.tail()}")
+    provider = Provider.objects.get(name="scale-real")
+    provider.config = {**provider.config, "relay_url": f"http://127.0.0.1:{port}"}
+    provider.save(update_fields=["config"])
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 def main() -> int:
     from live_stack import production_stack, setup_django, stop_runners
 
@@ -638,11 +697,13 @@ def main() -> int:
         # Set after the stack started, so its processes never see it.
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
         people_url = start_people_web(stack) if PEOPLE_WEB else stack.url
+        if REAL_RELAY:
+            start_real_relay(stack)
         api = Api(people_url, key)
         browser = Browser(people_url, user)
         idle_values = idle(stack, api, browser, fifo)
         print(json.dumps({"idle": idle_values}), flush=True)
-        # Each level's figures are printed as it ends (raw, then the table so far): a run
+        # Each level prints its raw figures once measured, then the table so far: a run
         # cut short still says what it measured.
         levels = [("loadgen", n) for n in LOADGEN_LEVELS] + [("real", n) for n in REAL_LEVELS]
         for kind, n in levels:
@@ -650,7 +711,6 @@ def main() -> int:
             if kind == "real" and last and last["kind"] == "real" and last["to_running_s"] is None:
                 break  # the machine holds no more real runners
             results.append(level(stack, api, browser, fifo, kind, n))
-            print(json.dumps(results[-1]), flush=True)
             report(idle_values, results)
     except Exception:
         print(stack.logs(), file=sys.stderr)
