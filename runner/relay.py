@@ -357,6 +357,10 @@ class Handler(BaseHTTPRequestHandler):
 
 class RelayServer(ThreadingHTTPServer):
     daemon_threads = True
+    # A host's runners open a connection per call. With socketserver's backlog of 5, a
+    # burst while the accepting thread waited for a core had the kernel drop the rest of
+    # the connections, and each runner's call waited a second or more to connect again.
+    request_queue_size = 1024
 
     def __init__(self, address: tuple[str, int], relay: Relay, call_timeout: float) -> None:
         super().__init__(address, Handler)

@@ -282,3 +282,28 @@ def test_the_relay_url_is_read_checked_and_hidden_from_the_workload(tmp_path):
     with pytest.raises(ConfigError, match=ENV_RELAY_URL):
         load_config({**base, ENV_RELAY_URL: "ftp://nope"})
     assert ENV_RELAY_URL in WORKLOAD_HIDDEN_VARS
+
+
+def test_a_burst_of_runners_connecting_while_the_relay_is_busy_is_queued_not_dropped():
+    """Runners open a connection per call; while the relay's accepting thread waits for a
+    core, the kernel must hold their connections, not drop them (a dropped one connects
+    again only after a second or more)."""
+    server = relay_module.serve(("127.0.0.1", 0), f"http://127.0.0.1:{_closed_port()}")
+    sockets = []
+    try:  # serve_forever not started: nothing is accepted meanwhile
+        connected = 0
+        for _ in range(100):
+            runner = socket.socket()
+            runner.settimeout(0.5)
+            sockets.append(runner)
+            try:
+                runner.connect(server.server_address)
+                connected += 1
+            except OSError:
+                pass
+        assert connected == 100
+    finally:
+        for runner in sockets:
+            runner.close()
+        server.server_close()
+        server.relay.stop()
