@@ -183,11 +183,19 @@ def submit_all(
 SUBMIT_ERRORS: dict[str, list[str]] = {}  # per level, the answers of submits that failed
 
 
-def wait_ended(name: str, timeout: float = 600) -> None:
+def end_level(api: Api, name: str, timeout: float = 600) -> None:
+    """Wait until every job of the level has ended. A job still waiting for a place or a
+    runner's start after a while (its attempt lost after the generator let go of it, and
+    placed again: no one plays its runner) is terminated, and again every 30 s."""
     deadline = time.monotonic() + timeout
+    next_sweep = time.monotonic() + 30
     while count(name, ["requested", "preempted", *LIVE]):
         if time.monotonic() > deadline:
             raise TimeoutError(f"jobs {name} did not end")
+        if time.monotonic() > next_sweep:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(api.terminate, unplayed(name)))
+            next_sweep = time.monotonic() + 30
         time.sleep(0.5)
 
 
@@ -397,7 +405,7 @@ def idle(stack, api: Api, browser: Browser, fifo: Path) -> dict:
     time.sleep(max(0.0, 10 - len(screen) * 0.1))
     report = json.loads(gen.command("report"))
     gen.finish()
-    wait_ended("idle")
+    end_level(api, "idle")
     return {"heartbeat": report["rtt"].get("heartbeat", []), "screen": screen}
 
 
@@ -474,22 +482,6 @@ def level(stack, api: Api, browser: Browser, fifo: Path, kind: str, n: int) -> d
         list(pool.map(api.terminate, ids))
     end_level(api, name)
     return result
-
-
-def end_level(api: Api, name: str, timeout: float = 600) -> None:
-    """Wait until every job of the level has ended. A job still waiting for a place or a
-    runner's start after a while (its attempt lost after the generator let go of it, and
-    placed again: no one plays its runner) is terminated, and again every 30 s."""
-    deadline = time.monotonic() + timeout
-    next_sweep = time.monotonic() + 30
-    while count(name, ["requested", "preempted", *LIVE]):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"jobs {name} did not end")
-        if time.monotonic() > next_sweep:
-            with ThreadPoolExecutor(8) as pool:
-                list(pool.map(api.terminate, unplayed(name)))
-            next_sweep = time.monotonic() + 30
-        time.sleep(0.5)
 
 
 def dispatch_stages(name: str) -> dict:
