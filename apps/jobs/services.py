@@ -1,8 +1,9 @@
 """Every write that matters to a job: create, transition, terminate, append logs and events.
 
 Rules that hold here:
-- `job_transition` is the only writer of `Job.state`: row lock, legality check against
-  `states.TRANSITIONS`, update, a `JobEvent`, counters, and a broadcast after commit.
+- `job_transition` (and a `writes.JobWrite` of a caller holding the job's lock) is the only
+  writer of `Job.state`: row lock, legality check against `states.TRANSITIONS`, update, a
+  `JobEvent`, counters, and a broadcast after commit.
 - Multi-row writes run in one transaction; nothing is half-written.
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
@@ -30,7 +31,8 @@ from apps.jobs.events import JobEventType
 from apps.jobs.live import push
 from apps.jobs.models import Job, JobCounter, JobEvent, LogLine
 from apps.jobs.specs import JobCreateIn, normalise
-from apps.jobs.states import IllegalTransition, JobState
+from apps.jobs.states import JobState
+from apps.jobs.writes import JobWrite, count
 from apps.projects.models import Project
 from apps.secrets.selectors import validate_secret_env
 from apps.workdirs.selectors import validate_workdir_ref
@@ -175,7 +177,7 @@ def job_create(
                 data={"state": JobState.REQUESTED},
                 state_changed=True,
             )
-            _count(job, None, JobState.REQUESTED)  # last: every submit and placement updates it
+            count(job, None, JobState.REQUESTED)  # last: every submit and placement updates it
             # Robust: if the broker is away, reconcile still finds the job in `requested`.
             enqueue.dispatch_on_commit(job.pk)
     except IntegrityError:
@@ -230,48 +232,22 @@ def job_transition(
     Four statements after the lock: the job's row (its state, and its live sequence number
     for the event's push), the event, and both counter buckets. A caller holding the job's
     lock for more writes does the state change last, so that those shared counter rows are
-    held only until its commit."""
+    held only until its commit; one whose writes go together (events, log lines, several
+    hops) makes them one `writes.JobWrite`."""
     with atomic_joining():
         job = (
             Job.objects.select_for_update(of=("self",), no_key=True)
             .select_related("project")
             .get(pk=job_id)
         )
-        current = job.state
-        if not states.is_legal(current, to):
-            raise IllegalTransition(job.public_id, current, to)
-        now = timezone.now()
-        job.state = to
-        job.reason = reason
-        job.live_seq += 1  # the row is locked and was read under the lock: no one else bumps it
-        fields = ["state", "reason", "updated_at", "live_seq"]
-        if to == JobState.RUNNING and job.started_at is None:
-            job.started_at = now
-            fields.append("started_at")
-        if states.is_terminal(to):
-            job.terminal_at = now
-            fields.append("terminal_at")
-        if exit_code is not None:
-            job.exit_code = exit_code
-            fields.append("exit_code")
-        if error_message is not None:
-            job.error_message = error_message
-            fields.append("error_message")
-        job.save(update_fields=fields)
-        if states.is_terminal(to):
-            holds.release_holds(job.pk)
-            enqueue.archive_log_on_commit(job.pk)  # logs.txt then serves one gzip file
-        record_event(
-            job=job,
-            type=JobEventType.STATE_CHANGED,
-            message=message or f"{current} → {to}" + (f" ({reason})" if reason else ""),
-            data={"from": current, "to": to, "reason": reason, **(data or {})},
-            state_changed=True,
-            seq=job.live_seq,
-        )
-        # Last: the counter rows are shared by every job of the project in that state, and
-        # stay locked until the transaction ends.
-        _count(job, current, to)
+        JobWrite(job).transition(
+            to,
+            reason=reason,
+            message=message,
+            data=data,
+            exit_code=exit_code,
+            error_message=error_message,
+        ).save()
     return job
 
 
@@ -328,27 +304,6 @@ def logs_append(*, job: Job, attempt: int, lines: Iterable[LogLineIn]) -> int:
         seq = push.bump_live_seq(job.pk, user_lines=user, system_lines=len(rows) - user)
         push.push_on_commit(job=job, seq=seq, log_ids=[row.pk for row in created])
     return len(rows)
-
-
-def _count(job: Job, old: str | None, new: str) -> None:
-    """Move the job from one counter bucket to another (same transaction as the write).
-    Buckets are touched in a fixed order so concurrent transitions cannot deadlock."""
-    deltas = {new: 1} if old is None else {old: -1, new: 1}
-    table = JobCounter._meta.db_table
-    states = sorted(deltas)  # one statement; its rows are upserted in this order
-    values = ", ".join(["(%s, %s, %s, %s)"] * len(states))
-    params = [
-        value
-        for state in states
-        for value in (job.organization_id, job.project_id, state, deltas[state])
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (organization_id, project_id, state, count) VALUES {values} "
-            "ON CONFLICT (organization_id, project_id, state) "
-            f"DO UPDATE SET count = {table}.count + EXCLUDED.count",
-            params,
-        )
 
 
 def system_log(*, job: Job, attempt: int, message: str) -> None:

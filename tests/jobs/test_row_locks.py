@@ -11,7 +11,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from apps.jobs import services
+from apps.jobs import services, writes
 from apps.jobs.states import JobState
 from apps.projects.models import Project
 from tests.jobs.helpers import make_job
@@ -30,7 +30,7 @@ def test_a_submit_and_a_dispatch_of_one_organization_do_not_deadlock(org):
                 services._check_waiting_limit(org)  # locks the organization's row
                 org_locked.set()
                 counter_moved.wait(10)
-                services._count(job, None, JobState.REQUESTED)  # waits for the dispatch
+                writes.count(job, None, JobState.REQUESTED)  # waits for the dispatch
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -40,7 +40,7 @@ def test_a_submit_and_a_dispatch_of_one_organization_do_not_deadlock(org):
         try:
             with transaction.atomic():
                 org_locked.wait(10)
-                services._count(job, JobState.REQUESTED, JobState.ALLOCATING)
+                writes.count(job, JobState.REQUESTED, JobState.ALLOCATING)
                 counter_moved.set()
                 # An insert that references the organization: FOR KEY SHARE on its row.
                 Project.objects.create(organization=org, name="placed", slug="placed")

@@ -26,6 +26,7 @@ from apps.jobs.execution.placement import lock_offer_with_capacity
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt, Job, JobEvent
 from apps.jobs.states import JobState
+from apps.jobs.writes import JobWrite
 from apps.providers.backends import allocates_at_launch, backend_for
 from apps.providers.backends.base import Bootstrap, LaunchRequest, PermanentBackendError
 
@@ -96,10 +97,9 @@ def allocate(job_id: int, *, provision: bool = False) -> Attempt | None:
                 return None
             _wait_for_capacity(job, now)
             return None
+        write = JobWrite(job)
         if job.state == JobState.PREEMPTED:
-            services.job_transition(
-                job_id=job.pk, to=JobState.REQUESTED, message="Placed again after preemption."
-            )
+            write.transition(JobState.REQUESTED, message="Placed again after preemption.")
         number = job.attempt_count + 1
         allocates_now = allocates_at_launch(offer.provider)
         attempt = Attempt.objects.create(
@@ -114,13 +114,12 @@ def allocate(job_id: int, *, provision: bool = False) -> Attempt | None:
             allocated_at=now,
             billing_started_at=now if allocates_now else None,
         )
-        Job.objects.filter(pk=job.pk).update(attempt_count=number, allocated_at=now)
+        write.set(attempt_count=number, allocated_at=now)
         if allocates_now:
             open_meter(job, attempt)  # the burn rate counts it from allocation
         price = format_usd(attempt.price_micros_hr)
         where = f"{offer.provider.name}: {attempt.accelerator} x{attempt.gpu_count}"
-        services.record_event(
-            job=job,
+        write.event(
             attempt=number,
             type=JobEventType.PROVIDER_ALLOCATED,
             message=f"Allocated {where} at {price}/h.",
@@ -130,13 +129,11 @@ def allocate(job_id: int, *, provision: bool = False) -> Attempt | None:
                 "price_usd_hr": micros_to_usd(attempt.price_micros_hr),
             },
         )
-        services.system_log(job=job, attempt=number, message=f"allocated {where} at {price}/h")
-        # Last (apps.jobs.services.job_transition says why).
-        services.job_transition(
-            job_id=job.pk, to=JobState.ALLOCATING, message=f"Allocated {where} at {price}/h."
-        )
+        write.system_log(attempt=number, message=f"allocated {where} at {price}/h")
+        write.transition(JobState.ALLOCATING, message=f"Allocated {where} at {price}/h.")
         if provision:
-            services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
+            write.transition(JobState.PROVISIONING)
+        write.save()  # one write: one UPDATE of the job, its events, its line, the counters
     if settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S:
         time.sleep(settings.TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S)
     return attempt
