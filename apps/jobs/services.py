@@ -130,56 +130,26 @@ def job_create(
 
     The same key with a different body raises IdempotencyConflict (409). Two identical
     requests racing each other create one job: the database's unique constraint decides.
+    The key is looked up only when the job's INSERT finds it taken, or when the request is
+    refused (a replay is answered with its job even if the request would not pass today:
+    a secret since deleted, the organization at its waiting limit): the usual submit, a
+    new key, pays no look-up.
+
+    The organization's submits take turns from its row lock (the waiting-jobs limit) to
+    the commit, so the job, its event and the budget check come before it: the turn is
+    the count, the hold and the counter upsert.
     """
     digest = request_hash(payload)
-    if idempotency_key:
-        existing = _job_for_key(organization, idempotency_key, digest)
-        if existing is not None:
-            return CreatedJob(existing, created=False)
-
-    spec = validate_job_request(organization=organization, payload=payload)
-    project = _project_for(organization, spec.pop("project"))
-    hold_micros = hold_for(spec)
     try:
-        with transaction.atomic():
-            _check_waiting_limit(organization)
-            billing_budgets.check_create(organization_id=organization.pk, project_id=project.pk)
-            job = Job.objects.create(
-                organization=organization,
-                project=project,
-                created_by=created_by,
-                created_by_key=created_by_key,
-                name=spec["name"],
-                kind=kind,
-                priority_class=spec["priority_class"],
-                spec=spec,
-                accelerator=spec["compute"]["accelerator"],
-                gpu_count=spec["compute"]["gpu_count"],
-                ephemeral_disk_gb=spec["compute"]["ephemeral_disk_gb"],
-                max_runtime_hours=spec["limits"]["max_runtime_hours"],
-                max_cost_micros=spec["limits"]["max_cost_micros"],
-                max_price_micros_hr=spec["limits"]["max_price_micros_hr"],
-                idempotency_key=idempotency_key or None,
-                request_hash=digest,
-            )
-            holds.place_hold(
-                organization_id=organization.pk,
-                project_id=project.pk,
-                job_id=job.pk,
-                amount_micros=hold_micros,
-                idempotency_key=f"hold:{job.public_id}",
-                created_by_id=created_by.pk if created_by else None,
-            )
-            record_event(
-                job=job,
-                type=JobEventType.JOB_CREATED,
-                message=f"Job {job.name!r} requested.",
-                data={"state": JobState.REQUESTED},
-                state_changed=True,
-            )
-            count(job, None, JobState.REQUESTED)  # last: every submit and placement updates it
-            # Robust: if the broker is away, reconcile still finds the job in `requested`.
-            enqueue.dispatch_on_commit(job.pk)
+        job = _create(
+            organization,
+            payload,
+            digest,
+            idempotency_key,
+            created_by=created_by,
+            created_by_key=created_by_key,
+            kind=kind,
+        )
     except IntegrityError:
         if not idempotency_key:
             raise
@@ -187,7 +157,69 @@ def job_create(
         if existing is None:
             raise
         return CreatedJob(existing, created=False)
+    except ApiError:
+        existing = _job_for_key(organization, idempotency_key, digest) if idempotency_key else None
+        if existing is None:
+            raise
+        return CreatedJob(existing, created=False)
     return CreatedJob(job, created=True)
+
+
+def _create(
+    organization: Organization,
+    payload: dict,
+    digest: str,
+    idempotency_key: str | None,
+    *,
+    created_by: User | None,
+    created_by_key: ApiKey | None,
+    kind: str,
+) -> Job:
+    spec = validate_job_request(organization=organization, payload=payload)
+    project = _project_for(organization, spec.pop("project"))
+    hold_micros = hold_for(spec)
+    with transaction.atomic():
+        job = Job.objects.create(
+            organization=organization,
+            project=project,
+            created_by=created_by,
+            created_by_key=created_by_key,
+            name=spec["name"],
+            kind=kind,
+            priority_class=spec["priority_class"],
+            spec=spec,
+            accelerator=spec["compute"]["accelerator"],
+            gpu_count=spec["compute"]["gpu_count"],
+            ephemeral_disk_gb=spec["compute"]["ephemeral_disk_gb"],
+            max_runtime_hours=spec["limits"]["max_runtime_hours"],
+            max_cost_micros=spec["limits"]["max_cost_micros"],
+            max_price_micros_hr=spec["limits"]["max_price_micros_hr"],
+            idempotency_key=idempotency_key or None,
+            request_hash=digest,
+            live_seq=1,  # its first write's number: the event below
+        )
+        record_event(
+            job=job,
+            type=JobEventType.JOB_CREATED,
+            message=f"Job {job.name!r} requested.",
+            data={"state": JobState.REQUESTED},
+            state_changed=True,
+            seq=job.live_seq,
+        )
+        billing_budgets.check_create(organization_id=organization.pk, project_id=project.pk)
+        _check_waiting_limit(organization)
+        holds.place_hold(
+            organization_id=organization.pk,
+            project_id=project.pk,
+            job_id=job.pk,
+            amount_micros=hold_micros,
+            idempotency_key=f"hold:{job.public_id}",
+            created_by_id=created_by.pk if created_by else None,
+        )
+        count(job, None, JobState.REQUESTED)  # last: every submit and placement updates it
+        # Robust: if the broker is away, reconcile still finds the job in `requested`.
+        enqueue.dispatch_on_commit(job.pk)
+    return job
 
 
 def hold_for(spec: dict) -> int:
