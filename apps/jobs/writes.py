@@ -45,6 +45,10 @@ class JobWrite:
     def __post_init__(self) -> None:
         self._from_state = self.job.state
 
+    @property
+    def changes_anything(self) -> bool:
+        return bool(self._events or self._lines or self._columns)
+
     def set(self, **columns: object) -> JobWrite:
         """Columns of the job to write (model field names); the job object sees them at once,
         so events added after take, say, its new attempt count."""

@@ -23,6 +23,7 @@ report that arrives twice, or a task that runs twice, changes nothing the second
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
@@ -37,6 +38,9 @@ from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt, Job, MetricPoint, MetricSample
 from apps.jobs.states import JobState
 from apps.providers.backends import backend_for
+
+if TYPE_CHECKING:
+    from apps.jobs.writes import JobWrite
 
 PREEMPTED_BY = "preempted_by"
 RECLAIMED = "reclaimed"
@@ -244,11 +248,13 @@ def preempt(job: Job, attempt: Attempt, *, reason: str, detail: str = "", messag
 # -- the next attempt --------------------------------------------------------------------
 
 
-def record_resume(job: Job, attempt: Attempt, resumed_from_step: int | None) -> None:
-    """The runner of a later attempt started: say where its workload resumes, and supersede
-    the metric points of earlier attempts that it trains again. Call under the job's lock."""
+def record_resume(write: JobWrite, attempt: Attempt, resumed_from_step: int | None) -> None:
+    """The runner of a later attempt started: say where its workload resumes (an event of
+    `write`, the job's write of the start), and supersede the metric points of earlier
+    attempts that it trains again. Call under the job's lock."""
     if attempt.number == 1:
         return
+    job = write.job
     step = resumed_from_step or 0
     MetricPoint.objects.filter(
         job=job, attempt__lt=attempt.number, step__gt=step, superseded=False
@@ -256,7 +262,7 @@ def record_resume(job: Job, attempt: Attempt, resumed_from_step: int | None) -> 
     if MetricSample.objects.filter(
         job=job, attempt__lt=attempt.number, step__gt=step, superseded=False
     ).update(superseded=True):
-        Job.objects.filter(pk=job.pk).update(metric_series=selectors.metric_series(job))
+        write.set(metric_series=selectors.metric_series(job))
     if resumed_from_step is None:
         kind = JobEventType.RESTARTED_FROM_BEGINNING
         message = "No checkpoint to resume from: the workload starts from the beginning."
@@ -265,6 +271,4 @@ def record_resume(job: Job, attempt: Attempt, resumed_from_step: int | None) -> 
             JobEventType.RESUMED_FROM_CHECKPOINT,
             f"Resumed from the checkpoint at step {step}.",
         )
-    services.record_event(
-        job=job, attempt=attempt.number, type=kind, message=message, data={"step": step}
-    )
+    write.event(attempt=attempt.number, type=kind, message=message, data={"step": step})

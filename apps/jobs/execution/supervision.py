@@ -41,6 +41,7 @@ from apps.jobs.execution.limits import grace_for
 from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt, Job, LogLine
 from apps.jobs.states import JobState
+from apps.jobs.writes import JobWrite
 from apps.providers.backends import allocates_at_launch, backend_for
 from apps.providers.backends.base import (
     Backend,
@@ -79,20 +80,22 @@ def runner_started(attempt_id: int, resumed_from_step: int | None = None) -> str
         job, attempt = lock_current(attempt_id)
         if attempt.ended_at is not None:
             raise AttemptSuperseded(attempt.pk)
+        write = JobWrite(job)  # its events and the state change: one write, one push
         if attempt.started_at is None:
             attempt.started_at = timezone.now()
             attempt.last_heartbeat_at = attempt.started_at
             attempt.save(update_fields=["started_at", "last_heartbeat_at"])
             start_billing(job, attempt, attempt.started_at)
-            services.record_event(
-                job=job,
+            write.event(
                 attempt=attempt.number,
                 type=JobEventType.WORKLOAD_STARTED,
                 message="The workload started.",
             )
-            preemption.record_resume(job, attempt, resumed_from_step)
+            preemption.record_resume(write, attempt, resumed_from_step)
         if job.state == JobState.PROVISIONING:
-            job = services.job_transition(job_id=job.pk, to=JobState.RUNNING)
+            write.transition(JobState.RUNNING)
+        if write.changes_anything:
+            write.save()
         return order_for(job, attempt)
 
 
