@@ -116,7 +116,7 @@ def test_a_launch_cut_off_before_its_handle_was_saved_adopts_the_container(
 
 @pytest.mark.live
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_a_host_runner_runs_as_nobody_and_cannot_read_the_control_planes_environment(
+def test_a_host_runner_runs_as_nobody_for_good_and_cannot_read_the_control_planes_environment(
     settings, tmp_path, live_server
 ):
     settings.LOCAL_WORK_DIR = tmp_path / "work"
@@ -126,7 +126,8 @@ def test_a_host_runner_runs_as_nobody_and_cannot_read_the_control_planes_environ
     )
     org = OrganizationFactory(compute_enabled=True)
     script = (
-        "import os; print('uid', os.getuid());"
+        "import os; print('ids', os.getresuid(), os.getresgid(), os.getgroups());"
+        "print('caps', [l.split()[1] for l in open('/proc/self/status') if l[:6] == 'CapEff']);"
         f"print('environ', os.access('/proc/{os.getpid()}/environ', os.R_OK))"
     )
     backend, request, bootstrap, attempt = launch_args(
@@ -139,6 +140,14 @@ def test_a_host_runner_runs_as_nobody_and_cannot_read_the_control_planes_environ
     finally:
         backend.release(handle)
     lines = list(attempt.job.log_lines.filter(source="user").values_list("message", flat=True))
-    assert lines == [f"uid {pwd.getpwnam('nobody').pw_uid}", "environ False"]
+    # Real, effective and saved ids all nobody's, no groups, no capabilities: it cannot
+    # switch back to root.
+    nobody = pwd.getpwnam("nobody")
+    uid, gid = nobody.pw_uid, nobody.pw_gid
+    assert lines == [
+        f"ids ({uid}, {uid}, {uid}) ({gid}, {gid}, {gid}) []",
+        "caps ['0000000000000000']",
+        "environ False",
+    ]
     workdir = tmp_path / "work" / request.job_id / "attempt-1"
     assert (workdir.stat().st_uid, workdir.stat().st_mode & 0o777) == (0, 0o700)

@@ -209,17 +209,17 @@ class LocalBackend(Backend):
         user = self._run_as(python)
         token_file = _write_token(workdir, bootstrap.token)
         env[protocol.ENV_RUNNER_TOKEN_FILE] = str(token_file)
-        identity: dict[str, Any] = {}
+        run_as = None
         if user is not None:
             _chown_tree(workdir, user.pw_uid, user.pw_gid)
             env.update({"HOME": str(workdir), "USER": user.pw_name})
-            identity = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
+            run_as = (user.pw_uid, user.pw_gid)
         markers = [
             f"{protocol.ENV_JOB_ID}={bootstrap.job_id}",
             f"{protocol.ENV_ATTEMPT}={bootstrap.attempt}",
         ]
         try:
-            return hostctl.spawn_runner([python, "-m", "runner"], workdir, env, markers, identity)
+            return hostctl.spawn_runner([python, "-m", "runner"], workdir, env, markers, run_as)
         except OSError as exc:
             token_file.unlink(missing_ok=True)  # no runner will read it
             raise PermanentBackendError(f"could not start the runner: {exc}") from exc
