@@ -45,11 +45,17 @@ def group_cpu_s(pgid: int) -> float:
 def cpu_by_part(groups: dict[str, int], pids: dict[str, int] | None = None) -> dict[str, float]:
     """CPU seconds used so far by each part of the machine: the process groups in `groups`
     and the single processes in `pids` by their names, then PostgreSQL, Redis and Chromium by
-    their command names, and `other` for the rest."""
+    their command names, `other` for the rest, and `steal`: the time the hypervisor gave
+    this machine's cores to someone else (all cores together; a virtual machine's runs differ
+    by it)."""
     tick = os.sysconf("SC_CLK_TCK")
     by_group = {pgid: name for name, pgid in groups.items()}
     by_pid = {pid: name for name, pid in (pids or {}).items()}
-    totals = dict.fromkeys([*groups, *(pids or {}), "postgres", "redis", "chromium", "other"], 0.0)
+    totals = dict.fromkeys(
+        [*groups, *(pids or {}), "postgres", "redis", "chromium", "other", "steal"], 0.0
+    )
+    with open("/proc/stat") as stat:  # cpu  user nice system idle iowait irq softirq steal
+        totals["steal"] = int(stat.readline().split()[8]) / tick
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
