@@ -175,6 +175,8 @@ def _create(
     created_by_key: ApiKey | None,
     kind: str,
 ) -> Job:
+    """Validate the request, then write the job, its event, its hold and its count in one
+    transaction; a taken Idempotency-Key raises IntegrityError at the job's INSERT."""
     spec = validate_job_request(organization=organization, payload=payload)
     project = _project_for(organization, spec.pop("project"))
     hold_micros = hold_for(spec)
