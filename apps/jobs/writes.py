@@ -33,14 +33,14 @@ class JobWrite:
 
     `transition` checks each step against `states.TRANSITIONS` as it is added (so a chain
     such as requested → allocating → provisioning is checked hop by hop) and raises
-    IllegalTransition before anything is written."""
+    IllegalTransition at once, before the job's row is written."""
 
     job: Job
-    _events: list[JobEvent] = field(default_factory=list)
-    _lines: list[LogLine] = field(default_factory=list)
-    _columns: dict[str, object] = field(default_factory=dict)
-    _from_state: str = ""
-    _state_changed: bool = False
+    _events: list[JobEvent] = field(default_factory=list, init=False)
+    _lines: list[LogLine] = field(default_factory=list, init=False)
+    _columns: dict[str, object] = field(default_factory=dict, init=False)
+    _from_state: str = field(default="", init=False)
+    _state_changed: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self._from_state = self.job.state
