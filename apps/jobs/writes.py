@@ -132,7 +132,7 @@ class JobWrite:
         seq = self._update_job()
         events = JobEvent.objects.bulk_create(self._events) if self._events else []
         lines = LogLine.objects.bulk_create(self._lines) if self._lines else []
-        if self._state_changed and job.state != self._from_state:
+        if job.state != self._from_state:  # a chain back to where it began moves no count
             count(job, self._from_state, job.state)
         push.push_on_commit(
             job=job,
