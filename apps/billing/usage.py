@@ -16,6 +16,7 @@ from django.db.models import Exists, OuterRef, Sum
 
 from apps.billing import ledger
 from apps.billing.models import Meter
+from apps.core.bulk import update_rows
 
 
 def cost_micros(minutes: int, price_micros_hr: int) -> int:
@@ -146,7 +147,7 @@ def record_many(readings: list[dict]) -> None:
                 changed.append(meter)
         ledger.transfer_many(postings)
         if changed:
-            Meter.objects.bulk_update(changed, ["billed_minutes", "posted_micros", "ended_at"])
+            update_rows(changed, ["billed_minutes", "posted_micros", "ended_at"])
 
 
 def _usage_posting(reading: dict, amount: int, minutes: int) -> ledger.Posting:

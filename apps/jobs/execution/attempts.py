@@ -18,6 +18,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from apps.billing import usage
+from apps.core.bulk import update_rows
 from apps.core.transactions import after_commit
 from apps.jobs.execution import capacity
 from apps.jobs.kinds import hooks_for
@@ -135,7 +136,7 @@ def bill_many(jobs: list[Job], now: datetime) -> dict[int, list[Attempt]]:
         metered = usage.metered([attempt.pk for _, attempt in unchanged_live])
         readings += [_reading(job, a) for job, a in unchanged_live if a.pk not in metered]
     if moved:
-        Attempt.objects.bulk_update(moved, ["billed_minutes"])
+        update_rows(moved, ["billed_minutes"])
     usage.record_many(readings)
     spent = []
     for job in jobs:
@@ -144,10 +145,9 @@ def bill_many(jobs: list[Job], now: datetime) -> dict[int, list[Attempt]]:
             job.accrued_micros = total
             spent.append(job)
     if spent:
-        Job.objects.bulk_update(spent, ["accrued_micros"])
+        update_rows(spent, ["accrued_micros"])
         seqs = push.bump_live_seqs({job.pk: [(0, 0)] for job in spent})
-        for job in spent:
-            push.push_on_commit(job=job, seq=seqs[job.pk][0], state_changed=True)
+        push.push_states_on_commit([(job, seqs[job.pk][0]) for job in spent])
     return by_job
 
 

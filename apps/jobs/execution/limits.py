@@ -140,6 +140,7 @@ def _bill_behind(job_ids: list[int], now: datetime) -> int:
         jobs = list(
             Job.objects.select_for_update(of=("self",), no_key=True, skip_locked=True)
             .filter(pk__in=job_ids, state__in=LIVE_JOB_STATES)
+            .select_related("project")  # each job's push names its project's group
             .order_by("pk")
         )
         attempts = bill_many(jobs, now)

@@ -144,6 +144,56 @@ def push_lines_on_commit(pushes: list[tuple[Job, int, tuple[int, list[int]]]]) -
     )
 
 
+def push_states_on_commit(pushes: list[tuple[Job, int]]) -> None:
+    """`push_on_commit(job=..., seq=..., state_changed=True)` for each (job, seq) of a
+    write to many jobs (a reconcile pass billing a hundred): after commit, one look-up in
+    Redis says which of the pages that show those jobs are watched, not one per job."""
+    if not pushes:
+        return
+    after_commit(
+        _push_states,
+        [
+            (
+                job.pk,
+                (job_group(job.public_id), project_group(job.project.public_id)),
+                job.organization_id,
+                seq,
+            )
+            for job, seq in pushes
+        ],
+    )
+
+
+def _push_states(pushes: list[tuple[int, tuple[str, str], int, int]]) -> None:
+    looked_up = watched_groups(
+        *(
+            group
+            for _, (job, project), organization_id, _ in pushes
+            for group in (
+                job,
+                project,
+                overview_group(organization_id),
+                org_jobs_group(organization_id),
+            )
+        )
+    )
+    for i, (job_pk, groups, organization_id, seq) in enumerate(pushes):
+        watching = tuple(looked_up[4 * i : 4 * i + 4])
+        if any(watching):
+            _push(
+                job_pk=job_pk,
+                groups=groups,
+                organization_id=organization_id,
+                seq=seq,
+                event_ids=[],
+                log_ids=[],
+                log_seqs=None,
+                metric_ids=[],
+                state_changed=True,
+                watching=watching,
+            )
+
+
 def _push_lines(pushes: list[tuple[int, tuple[str, str], int, tuple[int, list[int]]]]) -> None:
     watching = watched_groups(*(groups[0] for _, groups, _, _ in pushes))
     for (job_pk, groups, seq, log_seqs), watched_now in zip(pushes, watching, strict=True):

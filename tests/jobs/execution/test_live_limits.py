@@ -5,9 +5,14 @@ organizations there are; `bill` writes nothing when no whole minute moved."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
+import redis
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings as django_settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -17,6 +22,7 @@ from apps.billing.models import Account, Budget, BudgetNotice, Meter, Transfer
 from apps.billing.usage import burn_micros_hr
 from apps.jobs import services
 from apps.jobs.execution import attempts, dispatch, limits
+from apps.jobs.live import push
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState
 from tests.factories import OrganizationFactory
@@ -319,3 +325,46 @@ def test_billing_jobs_together_posts_exactly_what_billing_each_alone_posts():
     limits._bill_behind([job.pk for job in together], now)
     assert Transfer.objects.filter(organization=together_org, code="usage").count() == 3
     assert Account.objects.get(organization=together_org, kind="wallet").posted_debits == 210_000
+
+
+def _bill_together_statements(org, count: int) -> int:
+    jobs = [_running(org, age=timedelta(minutes=3, seconds=5)) for _ in range(count)]
+    with CaptureQueriesContext(connection) as queries:
+        assert limits._bill_behind([job.pk for job in jobs], timezone.now()) == count
+    return len(queries)
+
+
+def test_billing_jobs_together_takes_as_many_statements_for_twelve_as_for_two():
+    """Each billed job is pushed to the pages that show it: naming its project's group must
+    not read the project one job at a time."""
+    org = OrganizationFactory()
+    assert _bill_together_statements(org, 12) == _bill_together_statements(org, 2)
+
+
+def test_jobs_billed_together_push_their_new_spend_only_to_the_pages_watching_them(
+    django_capture_on_commit_callbacks,
+):
+    layer = get_channel_layer()
+    org = OrganizationFactory()
+    watched, unwatched = (_running(org, age=timedelta(minutes=7, seconds=20)) for _ in range(2))
+    channels = {}
+    for job in (watched, unwatched):
+        channels[job.pk] = async_to_sync(layer.new_channel)()
+        async_to_sync(layer.group_add)(push.job_group(job.public_id), channels[job.pk])
+    watchers = redis.Redis.from_url(django_settings.REDIS_URL)
+    watchers.incr(push.watch_key(push.job_group(watched.public_id)))
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            assert limits._bill_behind([watched.pk, unwatched.pk], timezone.now()) == 2
+
+        message = async_to_sync(_receive)(channels[watched.pk], timeout=5)
+        assert message["seq"] == Job.objects.get(pk=watched.pk).live_seq
+        assert 'data-fact="cost">$0.07<' in message["html"]
+        with pytest.raises(TimeoutError):
+            async_to_sync(_receive)(channels[unwatched.pk], timeout=0.5)
+    finally:
+        watchers.delete(push.watch_key(push.job_group(watched.public_id)))
+
+
+async def _receive(channel: str, timeout: float) -> dict:
+    return await asyncio.wait_for(get_channel_layer().receive(channel), timeout=timeout)

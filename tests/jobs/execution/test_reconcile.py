@@ -178,17 +178,17 @@ def test_supervising_live_attempts_costs_no_query_per_attempt(org, slots, runner
     slots(8)
     for index in range(4):
         running(submit_on(org, slots), handle=runners(f"alive-{index}", ["sleep", "60"]))
-    live = list(
-        Attempt.objects.filter(ended_at__isnull=True, launched_at__isnull=False).select_related(
-            "provider", "job"
-        )
-    )
+    with CaptureQueriesContext(connection) as loading:
+        live = reconcile.live_attempts()
 
     with CaptureQueriesContext(connection) as queries:
         polled = supervision.supervise_many(live)
 
     assert polled == 4
-    assert len(queries) == 0  # running and beating: nothing to write, nothing to re-read
+    assert len(loading) == 2  # the attempts with their jobs, then their one provider
+    # Running and beating: nothing to write, nothing to re-read, no field the pass left
+    # in the database read one attempt at a time.
+    assert len(queries) == 0
 
 
 def test_a_silent_runner_that_just_beat_is_not_killed(org, slots, runners, settings):
