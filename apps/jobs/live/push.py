@@ -185,10 +185,6 @@ def _push_states(pushes: list[tuple[int, tuple[str, str], int, int]]) -> None:
                 groups=groups,
                 organization_id=organization_id,
                 seq=seq,
-                event_ids=[],
-                log_ids=[],
-                log_seqs=None,
-                metric_ids=[],
                 state_changed=True,
                 watching=watching,
             )
@@ -201,13 +197,8 @@ def _push_lines(pushes: list[tuple[int, tuple[str, str], int, tuple[int, list[in
             _push(
                 job_pk=job_pk,
                 groups=groups,
-                organization_id=None,
                 seq=seq,
-                event_ids=[],
-                log_ids=[],
                 log_seqs=log_seqs,
-                metric_ids=[],
-                state_changed=False,
                 watching=(True, False, False, False),
             )
 
@@ -216,13 +207,13 @@ def _push(
     *,
     job_pk,
     groups,
-    organization_id,
     seq,
-    event_ids,
-    log_ids,
-    log_seqs,
-    metric_ids,
-    state_changed,
+    organization_id=None,
+    event_ids=(),
+    log_ids=(),
+    log_seqs=None,
+    metric_ids=(),
+    state_changed=False,
     watching=None,
 ) -> None:
     """Render and send a push to the groups watched (the job's, its project's, the
