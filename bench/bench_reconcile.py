@@ -14,7 +14,7 @@ before each, every attempt's heartbeat is marked (as a relay's beat bundle does)
 Prints, per level: the pass's wall time p50 / max, its CPU time p50, its SQL statements
 p50, and the ratio of the p50s at the largest level to the smallest (target ≤ 12 at 1,000 ÷
 100: the cost per live attempt flat). Own database (`trainyard_bench_reconcile`) and Redis
-db 13 (`BENCH_RECONCILE_REDIS_URL`, flushed).
+db 7 (`BENCH_RECONCILE_REDIS_URL`, flushed).
 
     .venv/bin/python bench/bench_reconcile.py
 """
@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 BENCH_DB = "trainyard_bench_reconcile"
-REDIS_URL = os.environ.get("BENCH_RECONCILE_REDIS_URL", "redis://127.0.0.1:6379/13")
+REDIS_URL = os.environ.get("BENCH_RECONCILE_REDIS_URL", "redis://127.0.0.1:6379/7")
 LEVELS = [int(n) for n in os.environ.get("BENCH_RECONCILE_LEVELS", "100,1000").split(",") if n]
 PASSES = int(os.environ.get("BENCH_RECONCILE_PASSES", 8))
 TICK_S = float(os.environ.get("BENCH_RECONCILE_TICK_S", 5))
