@@ -61,12 +61,23 @@ class ComputeApi:
         return response.json()
 
     def wait_state(self, job_id: str, states: set[str] | str, timeout: float = 60) -> dict:
+        """The job once its state is one of `states`. A job that ends in a state not wanted
+        fails the wait at once, saying how it ended, rather than after `timeout`."""
         wanted = {states} if isinstance(states, str) else states
-        return wait_for(
-            lambda: (job := self.job(job_id))["state"] in wanted and job,
-            timeout=timeout,
-            what=f"{job_id} to reach {sorted(wanted)}",
-        )
+
+        def reached() -> dict | None:
+            job = self.job(job_id)
+            if job["state"] in wanted:
+                return job
+            if job["state"] in TERMINAL:
+                said = [(event["type"], event["message"]) for event in self.events(job_id)]
+                raise AssertionError(
+                    f"{job_id} ended {job['state']} ({job.get('reason')}) while waiting for "
+                    f"{sorted(wanted)}: {said}"
+                )
+            return None
+
+        return wait_for(reached, timeout=timeout, what=f"{job_id} to reach {sorted(wanted)}")
 
     def terminate(self, job_id: str) -> dict:
         response = self.session.post(

@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.core import leases
 from apps.core.money import format_usd, micros_to_usd
 from apps.jobs import services
 from apps.jobs.events import JobEventType
@@ -41,14 +42,22 @@ WAITING = frozenset({JobState.REQUESTED, JobState.PREEMPTED})
 
 def dispatch(job_id: int) -> None:
     """Advance one job as far as dispatch goes: allocate, then launch. A dispatch that ends
-    without crashing clears the count of deliveries (a launch, in its last write)."""
-    if not _count_delivery(job_id):
-        return
-    attempt = allocate(job_id, provision=True)
-    # A job placed by an earlier delivery (its launch cut off) is launched from its state.
-    launched = _start(attempt) if attempt is not None else launch(job_id)
-    if not launched:
-        Job.objects.filter(pk=job_id).update(dispatch_deliveries=0)
+    without crashing clears the count of deliveries (a launch, in its last write).
+
+    One delivery at a time works on a job: it holds the job's dispatch lease
+    (apps.core.leases) throughout, and a delivery that finds it held by a live worker (a
+    slow launch: an image pull; reconcile sends the job again every pass once its launch
+    has stalled) leaves at once, neither counted nor holding a worker process. A worker
+    that dies mid-dispatch frees the lease with its database session, so the next delivery
+    takes the launch up again."""
+    with leases.lease(leases.DISPATCH, job_id) as ours:
+        if not ours or not _count_delivery(job_id):
+            return
+        attempt = allocate(job_id, provision=True)
+        # A job placed by an earlier delivery (its launch cut off) is launched from its state.
+        launched = _start(attempt) if attempt is not None else launch(job_id)
+        if not launched:
+            Job.objects.filter(pk=job_id).update(dispatch_deliveries=0)
 
 
 def _count_delivery(job_id: int) -> bool:

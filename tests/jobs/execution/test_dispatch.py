@@ -2,10 +2,12 @@
 
 import threading
 
+import psycopg
 import pytest
 from django.db import connection
 
 from apps.catalog.models import Accelerator, Offer
+from apps.core import leases
 from apps.jobs.execution import dispatch
 from apps.jobs.models import Attempt, Job, JobEvent, LogLine
 from apps.jobs.states import JobState
@@ -110,6 +112,44 @@ def test_a_dispatch_that_keeps_crashing_ends_the_job_dispatch_crash(org, setting
     job.refresh_from_db()
     assert (job.state, job.reason) == (JobState.FAILED, "dispatch_crash")
     assert Attempt.objects.get(job=job).ended_at is not None
+
+
+def _another_session():
+    """A database session of its own, as another worker process would have."""
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    return psycopg.connect(**params, autocommit=True)
+
+
+def _try_dispatch_lease(session, job) -> bool:
+    return session.execute(
+        "SELECT pg_try_advisory_lock(%s, %s)", [leases.DISPATCH, job.pk]
+    ).fetchone()[0]
+
+
+def test_a_delivery_while_a_live_worker_dispatches_the_job_leaves_it_alone(org):
+    _offer("elsewhere", price=1, kind="kubernetes")
+    job = make_job(org)
+    with _another_session() as worker:
+        assert _try_dispatch_lease(worker, job)  # that worker is placing the job
+        dispatch.dispatch(job.pk)
+        job.refresh_from_db()
+        assert (job.state, job.dispatch_deliveries) == (JobState.REQUESTED, 0)
+        assert not Attempt.objects.filter(job=job).exists()
+    # That worker died: its session closed, and the next delivery takes the job up.
+    dispatch.dispatch(job.pk)
+    job.refresh_from_db()
+    assert (job.state, job.reason) == (JobState.FAILED, "launch_failed")
+
+
+def test_a_dispatch_that_crashed_lets_go_of_the_job(org):
+    _offer("broken", price=1, config={"work_dir": "/proc/trainyard-cannot-write-here"})
+    job = make_job(org)
+    with pytest.raises(OSError):
+        dispatch.dispatch(job.pk)
+    with _another_session() as worker:
+        assert _try_dispatch_lease(worker, job)
 
 
 def test_a_dispatch_of_a_job_that_moved_on_does_nothing(org):
