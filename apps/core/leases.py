@@ -8,7 +8,9 @@ holder lets go or when its connection closes, a worker killed mid-task included.
 
 `lease(namespace, key)` tries once, never waits, and says whether it got the lease; it lets go
 on leaving the block, so a pooled connection goes back to its pool without it. On other
-databases (SQLite under `make run`, one worker process) every lease is granted.
+databases (SQLite under `make run`, one worker process) every lease is granted. A lease
+needs the session to stay the holder's: PostgreSQL directly or a session-pooling proxy, never
+a transaction-pooling one.
 """
 
 from __future__ import annotations
