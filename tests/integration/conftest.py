@@ -14,6 +14,16 @@ from tests.integration.stack import wait_for
 
 TERMINAL = {"succeeded", "failed", "terminated"}
 
+# A workload that runs until the test lets it go (`let_go`): a test that must see it running
+# waits on it rather than racing a fixed sleep on a loaded machine.
+UNTIL_LET_GO = "until [ -e go ]; do sleep 0.1; done"
+
+
+def let_go(stack, job_id: str, attempt: int = 1) -> None:
+    """End an `UNTIL_LET_GO` workload on the local provider: the file it waits for, in its
+    working directory as the host sees it."""
+    (stack.workdir / "work" / job_id / f"attempt-{attempt}" / "work" / "go").touch()
+
 
 class ComputeApi:
     """A client of the compute API, as a user's script would be."""

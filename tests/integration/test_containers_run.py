@@ -15,7 +15,7 @@ from apps.providers.models import Provider
 from apps.secrets import services as secret_services
 from tests.containers import MARKER, MARKER_PATH, containers_of_job
 from tests.factories import OrganizationFactory
-from tests.integration.conftest import TERMINAL, ComputeApi
+from tests.integration.conftest import TERMINAL, UNTIL_LET_GO, ComputeApi, let_go
 from tests.integration.stack import wait_for
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -128,11 +128,9 @@ def test_a_missing_image_fails_the_job_image_pull_failed_naming_it(api, podman):
 def test_a_worker_killed_mid_launch_leaves_one_container_for_the_attempt(api, stack, podman):
     stack.procs["worker"].stop()
     stack.start_worker(TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S="30")
-    # The workload runs until the test has counted its containers (a fixed sleep could end
-    # before a loaded machine shows the job running).
-    waits_for_go = "until [ -e go ]; do sleep 0.1; done; echo once"
     try:
-        job = api.submit(image=podman, command=["bash", "-c", waits_for_go])
+        # The workload runs until the test has counted its containers.
+        job = api.submit(image=podman, command=["bash", "-c", f"{UNTIL_LET_GO}; echo once"])
         api.wait_state(
             job["id"], {"allocating", "provisioning", "running", "succeeded"}, timeout=60
         )
@@ -141,8 +139,7 @@ def test_a_worker_killed_mid_launch_leaves_one_container_for_the_attempt(api, st
         stack.start_worker()
     api.wait_state(job["id"], "running", timeout=60)
     assert len(containers_of_job(job["id"])) == 1
-    # The workload's working directory, as the host sees it.
-    (stack.workdir / "work" / job["id"] / "attempt-1" / "work" / "go").touch()
+    let_go(stack, job["id"])
     done = api.wait_state(job["id"], TERMINAL, timeout=90)
     assert done["state"] == "succeeded"
     assert _user_lines(job["id"]) == ["once"]

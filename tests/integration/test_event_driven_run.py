@@ -13,7 +13,7 @@ import pytest
 
 from apps.jobs.models import Attempt
 from runner import procfs
-from tests.integration.conftest import TERMINAL
+from tests.integration.conftest import TERMINAL, UNTIL_LET_GO, let_go
 from tests.integration.stack import wait_for
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -44,12 +44,13 @@ def _submit(api, accelerator: str, command: list[str], name: str) -> str:
     return response.json()["id"]
 
 
-def test_a_waiting_job_takes_the_slot_the_moment_it_frees(api, solo, no_reconcile):
-    first = _submit(api, solo, ["python", "-c", "import time; time.sleep(1)"], "first")
+def test_a_waiting_job_takes_the_slot_the_moment_it_frees(api, stack, solo, no_reconcile):
+    first = _submit(api, solo, ["bash", "-c", UNTIL_LET_GO], "first")
     api.wait_state(first, "running", timeout=30)
     queue = [_submit(api, solo, ["true"], f"next-{n}") for n in range(3)]
     for job_id in queue:
         assert api.job(job_id)["state"] == "requested"  # the only slot is taken
+    let_go(stack, first)
     for job_id in [first, *queue]:  # each end frees the slot for the next, with no tick
         assert api.wait_state(job_id, TERMINAL, timeout=30)["state"] == "succeeded"
     attempts = sorted(
