@@ -376,12 +376,20 @@ TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S = env_float("TRAINYARD_FAULT_PAUSE_AFTER_
 # difference (apps.billing.tasks.audit_ledger).
 LEDGER_AUDIT_INTERVAL_S = env_float("LEDGER_AUDIT_INTERVAL_S", 3600.0)
 
+
+def _every(task: str, seconds: float) -> dict:
+    """A beat entry whose run expires when the next one is due: the runs queued while no
+    worker took them are dropped, not replayed back to back when one returns (after a five
+    minute outage, sixty reconcile passes, each re-sending every waiting job's dispatch)."""
+    return {"task": task, "schedule": seconds, "options": {"expires": seconds}}
+
+
 CELERY_BEAT_SCHEDULE = {
-    "reconcile": {"task": "jobs.reconcile", "schedule": RECONCILE_INTERVAL_S},
-    "audit-ledger": {"task": "billing.audit_ledger", "schedule": LEDGER_AUDIT_INTERVAL_S},
+    "reconcile": _every("jobs.reconcile", RECONCILE_INTERVAL_S),
+    "audit-ledger": _every("billing.audit_ledger", LEDGER_AUDIT_INTERVAL_S),
     # The safety net of endpoint swaps and engine restarts (each also syncs at once).
-    "serving-sync": {"task": "serving.sync_all", "schedule": SERVING_SYNC_INTERVAL_S},
-    "playground-idle": {"task": "playground.stop_idle", "schedule": SERVING_SYNC_INTERVAL_S},
+    "serving-sync": _every("serving.sync_all", SERVING_SYNC_INTERVAL_S),
+    "playground-idle": _every("playground.stop_idle", SERVING_SYNC_INTERVAL_S),
 }
 
 LOGGING = {
