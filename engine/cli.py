@@ -17,10 +17,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from engine.config import ConfigError, EngineConfig, load_config
-from runner.protocol import ENV_SERVE_SECRET, LINE_SERVING
+from runner.protocol import ENV_SERVE_SECRET, ENV_SERVICE_PORT, LINE_SERVING
 
 INPUT_ERROR_EXIT_CODE = 2
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -62,17 +62,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _serve(config, secret, serving, stopping)
 
 
+def listen_address(config: EngineConfig, environ: Mapping[str, str]) -> tuple[str, int]:
+    """Where the engine listens: the config's address, unless the backend published a port
+    of the workload's own network to its host (a container: $TRAINYARD_SERVICE_PORT) and the
+    config asks for any port; then that port on every address of that network, which only
+    the published port reaches from outside."""
+    published = environ.get(ENV_SERVICE_PORT, "").strip()
+    if config.port == 0 and published.isascii() and published.isdigit():
+        return "0.0.0.0", int(published)
+    return config.host, config.port
+
+
 def _serve(config: EngineConfig, secret: str, serving: list[bool], stopping: list[int]) -> int:
     from engine.model import ModelError
     from engine.registry import Registry
     from engine.server import App, log, make_server
 
+    host, port = listen_address(config, os.environ)
     try:
         # Bound before the model loads, so a taken port fails at once; connections wait in
         # the listen queue until serve_forever.
-        server = make_server(config.host, config.port)
+        server = make_server(host, port)
     except OSError as error:
-        fail(f"cannot listen on {config.host}:{config.port}: {error.strerror or error}")
+        fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
         return INPUT_ERROR_EXIT_CODE
     registry = Registry(
         base_name=config.served_model_name, base_root=config.base_model, max_loras=config.max_loras

@@ -132,7 +132,11 @@ class Runner:
         self.config = config
         self.workdir = config.workdir
         self.client = client or ControlClient(
-            config.control_url, config.job_id, config.token, relay_url=config.relay_url
+            config.control_url,
+            config.job_id,
+            config.token,
+            relay_url=config.relay_url,
+            control_socket=config.control_socket,
         )
         # Written by signal handlers and other threads, read by the main thread; plain
         # attributes, because a signal handler must not take a lock the main thread holds.

@@ -48,6 +48,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, Any, Protocol, TypeVar
 
+from runner.control_socket import socket_opener
 from runner.protocol import (
     ARTIFACT_CONTENT_TYPE,
     ERROR_ATTEMPT_SUPERSEDED,
@@ -182,6 +183,7 @@ class ControlClient:
         *,
         timeout: float = REQUEST_TIMEOUT_S,
         relay_url: str | None = None,
+        control_socket: str | None = None,
     ) -> None:
         self.control_url = control_url.rstrip("/")
         self.base = f"{self.control_url}/api/v1/runner/jobs/{job_id}/"
@@ -192,9 +194,14 @@ class ControlClient:
         )
         self._token = token
         self.timeout = timeout
-        # Proxies from the environment are honoured (a workload host may need one); urllib
-        # itself follows no_proxy.
-        self._opener = urllib.request.build_opener()
+        # Through the attempt's Unix socket when there is one (a container with a network of
+        # its own; a relay is then the socket server's business). Otherwise proxies from the
+        # environment are honoured (a workload host may need one); urllib follows no_proxy.
+        if control_socket:
+            self.relay_base = None
+            self._opener = socket_opener(control_socket)
+        else:
+            self._opener = urllib.request.build_opener()
 
     def _request_object(
         self, method: str, url: str, data: Any, content_type: str | None

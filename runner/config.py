@@ -2,7 +2,9 @@
 
 `TRAINYARD_RUNNER_TOKEN` (or `TRAINYARD_RUNNER_TOKEN_FILE`), `TRAINYARD_CONTROL_URL` and
 `TRAINYARD_WORKDIR` are the runner's alone, as is the optional `TRAINYARD_RELAY_URL` (a
-relay on this host that carries log batches and heartbeats, `runner.relay`);
+relay on this host that carries log batches and heartbeats, `runner.relay`) and
+`TRAINYARD_CONTROL_SOCKET` (a Unix socket that carries every call, for a runner in a
+container with a network of its own: `runner.control_socket`);
 `WORKLOAD_HIDDEN_VARS` lists what is stripped from the workload's environment.
 
 The token comes from a file when `TRAINYARD_RUNNER_TOKEN_FILE` names one: the runner reads
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.protocol import (
+    ENV_CONTROL_SOCKET,
     ENV_CONTROL_URL,
     ENV_JOB_ID,
     ENV_RELAY_URL,
@@ -35,6 +38,7 @@ WORKLOAD_HIDDEN_VARS = (
     ENV_CONTROL_URL,
     ENV_WORKDIR,
     ENV_RELAY_URL,
+    ENV_CONTROL_SOCKET,
 )
 MAX_TOKEN_FILE_BYTES = 4096
 
@@ -50,11 +54,13 @@ class RunnerConfig:
     token: str
     workdir: Path  # absolute
     relay_url: str | None = None  # without a trailing slash
+    control_socket: str | None = None  # every call goes through it when set
 
     def __repr__(self) -> str:  # never print the token
         return (
             f"RunnerConfig(control_url={self.control_url!r}, job_id={self.job_id!r}, "
-            f"workdir={str(self.workdir)!r}, relay_url={self.relay_url!r})"
+            f"workdir={str(self.workdir)!r}, relay_url={self.relay_url!r}, "
+            f"control_socket={self.control_socket!r})"
         )
 
 
@@ -108,4 +114,5 @@ def load_config(environ: Mapping[str, str] | None = None) -> RunnerConfig:
         token=token,
         workdir=Path(env[ENV_WORKDIR]).expanduser().absolute(),
         relay_url=relay_url,
+        control_socket=env.get(ENV_CONTROL_SOCKET, "").strip() or None,
     )

@@ -109,10 +109,17 @@ ENV_JOB_ID = "TRAINYARD_JOB_ID"  # also in the spec's env, for the workload
 # Optional: a relay on the runner's host (`python -m runner relay`) that carries its log
 # batches and heartbeats to the control plane bundled with other runners' (`POST relay`).
 ENV_RELAY_URL = "TRAINYARD_RELAY_URL"
+# Optional: a Unix socket that carries every call to the control plane (a container with a
+# network of its own reaches nothing else of its host; `runner.control_socket`). With it,
+# TRAINYARD_CONTROL_URL only names the origin.
+ENV_CONTROL_SOCKET = "TRAINYARD_CONTROL_SOCKET"
 # Set by the control plane in the spec's env, for the workload.
 ENV_ATTEMPT = "TRAINYARD_ATTEMPT"
 ENV_CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"  # relative to the workload's directory
 ENV_RESUME_FROM = "TRAINYARD_RESUME_FROM"  # set by the runner to the checkpoint fetched
+# Set by a backend whose workloads have a network of their own: the port in it that is
+# published to the host's loopback (the control plane's one way in to a serving workload).
+ENV_SERVICE_PORT = "TRAINYARD_SERVICE_PORT"
 # Set by the control plane for a serve job: the secret every request to the engine carries.
 ENV_SERVE_SECRET = "TRAINYARD_SERVE_SECRET"
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import base64
 import signal
+from urllib.parse import urlsplit
 
 import pytest
 
 from apps.accounts import services as account_services
-from apps.jobs.models import Attempt, LogLine
+from apps.jobs.models import Artifact, Attempt, LogLine, MetricPoint
+from apps.providers.backends.local import container_runtime
 from apps.providers.models import Provider
 from apps.secrets import services as secret_services
 from tests.containers import MARKER, MARKER_PATH, containers_of_job
@@ -144,3 +146,96 @@ def test_a_worker_killed_mid_launch_leaves_one_container_for_the_attempt(api, st
     assert done["state"] == "succeeded"
     assert _user_lines(job["id"]) == ["once"]
     assert len(done["attempts"]) == 1
+
+
+# Run inside each workload: knock on the host's loopback (where the control plane, its Redis
+# and its PostgreSQL listen), then report a metric and a checkpoint the usual way.
+KNOCKS = r"""
+import json, os, socket, time
+reached = []
+for name, port in [("redis", REDIS_PORT), ("postgres", 5432), ("web", WEB_PORT)]:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=3).close()
+        reached.append(name)
+    except OSError as exc:
+        print(f"{name}: {type(exc).__name__}")
+print("reached: " + (", ".join(reached) or "nothing"), flush=True)
+print(json.dumps({"type": "metrics", "step": 1, "loss": 0.25}), flush=True)
+ck = os.path.join(os.getcwd(), os.environ["TRAINYARD_CHECKPOINT_DIR"], "checkpoint-1")
+os.makedirs(ck)
+open(os.path.join(ck, "model.bin"), "w").write("weights\n")
+print(json.dumps({"type": "checkpoint", "step": 1, "path": ck}), flush=True)
+while not os.path.exists("go"):
+    time.sleep(0.1)
+"""
+
+
+def test_a_workload_reaches_nothing_on_the_hosts_loopback_yet_its_runner_reports(
+    live_stack, podman
+):
+    """Two organizations' container jobs: each on a network of its own (slirp4netns), the
+    host's Redis, PostgreSQL and web port refused, while logs, metrics and a checkpoint
+    still arrive through the attempt's control socket."""
+    script = KNOCKS.replace("REDIS_PORT", str(urlsplit(live_stack.redis_url).port or 6379))
+    script = script.replace("WEB_PORT", str(urlsplit(live_stack.url).port))
+    jobs = []
+    for _ in range(2):
+        org = OrganizationFactory(compute_enabled=True)
+        _, key = account_services.api_key_create(organization=org, name="it")
+        api = ComputeApi(live_stack.url, key)
+        jobs.append((api, api.submit(image=podman, command=["python3", "-c", script])))
+    for api, job in jobs:
+        api.wait_state(job["id"], "running", timeout=90)
+        wait_for(
+            lambda job=job: any(line.startswith("reached:") for line in _user_lines(job["id"])),
+            timeout=60,
+            what="the workload's knocks",
+        )
+        (name,) = containers_of_job(job["id"])
+        mode = container_runtime("podman").cli(
+            "container", "inspect", "--format", "{{.HostConfig.NetworkMode}}", name
+        )
+        assert mode.stdout.strip() == "slirp4netns"
+    for _, job in jobs:
+        let_go(live_stack, job["id"])
+    for api, job in jobs:
+        done = api.wait_state(job["id"], TERMINAL, timeout=90)
+        lines = _user_lines(job["id"])
+        assert done["state"] == "succeeded", lines
+        assert "reached: nothing" in lines, lines
+        assert {"redis: ConnectionRefusedError", "postgres: ConnectionRefusedError"} <= set(lines)
+        assert MetricPoint.objects.filter(job__public_id=job["id"], step=1, loss=0.25).exists()
+        assert Artifact.objects.filter(job__public_id=job["id"], kind="checkpoint").exists()
+
+
+def test_a_container_that_cannot_start_fails_launch_failed_with_the_runtimes_words(api, podman):
+    """The OCI runtime refuses (a device that does not exist): the job fails within one
+    dispatch, the runtime's message in its system log, no container left, billing stopped."""
+    Provider.objects.filter(name="local").update(
+        config={"runtime": "podman", "run_args": "--device /dev/trainyard-no-such-device"}
+    )
+    job = api.submit(image=podman, command=["true"])
+    done = api.wait_state(job["id"], TERMINAL, timeout=30)
+
+    assert (done["state"], done["reason"]) == ("failed", "launch_failed")
+    system = list(
+        LogLine.objects.filter(job__public_id=job["id"], source="system").values_list(
+            "message", flat=True
+        )
+    )
+    assert any("/dev/trainyard-no-such-device" in line for line in system), system
+    assert containers_of_job(job["id"]) == []
+    attempt = Attempt.objects.get(job__public_id=job["id"])
+    assert attempt.ended_at is not None
+
+
+def test_terminating_a_job_whose_container_cannot_start_ends_it(api, podman):
+    Provider.objects.filter(name="local").update(
+        config={"runtime": "podman", "run_args": "--device /dev/trainyard-no-such-device"}
+    )
+    job = api.submit(image=podman, command=["true"])
+    api.terminate(job["id"])
+    done = api.wait_state(job["id"], TERMINAL, timeout=30)
+
+    assert done["state"] in {"terminated", "failed"}
+    assert containers_of_job(job["id"]) == []

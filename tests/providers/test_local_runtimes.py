@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import pwd
+import urllib.request
 
 import pytest
 
+from apps.providers.backends import containers, single_tenant
 from apps.providers.backends import local as local_backend
-from apps.providers.backends import single_tenant
 from apps.providers.backends.base import PermanentBackendError
 from apps.providers.backends.containers import ContainerRuntime, RunSpec
 from apps.providers.models import Provider
@@ -44,6 +45,53 @@ def test_the_container_argv_mounts_the_runner_read_only_and_keeps_values_out_of_
     assert "--ulimit" in argv and "nofile=1024:4096" in argv
     assert "TRAINYARD_RUNNER_TOKEN" in argv and "ty-secret-token" not in " ".join(argv)
     assert not any("nvidia" in part or part == "--gpus" for part in argv)
+    assert "--network=slirp4netns" in argv
+    assert not any(part in {"--network=host", "--net=host"} for part in argv)
+
+
+@pytest.mark.parametrize(
+    ("binary", "network", "expected"),
+    [
+        ("podman", "isolated", "--network=slirp4netns"),
+        ("podman", "none", "--network=none"),
+        ("docker", "isolated", "--network=bridge"),
+        ("docker", "none", "--network=none"),
+    ],
+)
+def test_every_attempt_has_a_network_of_its_own_never_the_hosts(binary, network, expected):
+    spec = _spec(
+        network=network,
+        read_only={"/var/work/job_x/attempt-1.control": "/run/trainyard"},
+        published=((41234, 8000),),
+    )
+    argv = ContainerRuntime(binary).run_argv(spec)
+
+    assert [part for part in argv if part.startswith("--network")] == [expected]
+    assert "/var/work/job_x/attempt-1.control:/run/trainyard:ro" in argv
+    # The service port reaches the host's loopback only.
+    assert argv[argv.index("--publish") + 1] == "127.0.0.1:41234:8000"
+
+
+@pytest.mark.parametrize("network", ["host", "bridge", "container:other", ""])
+def test_any_other_network_is_refused_before_anything_starts(network):
+    with pytest.raises(PermanentBackendError, match="never shares the host's network"):
+        ContainerRuntime("podman").run_argv(_spec(network=network))
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "refused"),
+    [
+        (126, "runc create failed: error setting rlimit type 7: operation not permitted", True),
+        (125, "error gathering device information: no such file or directory", True),
+        (125, "unknown flag: --bogus", True),
+        (127, "executable file `python3` not found in $PATH", True),
+        (125, "error allocating lock for new container: database is locked", False),
+        (125, "the container name is already in use by 3f2e", False),
+        (1, "something else", False),
+    ],
+)
+def test_a_runtime_that_refuses_is_told_from_one_that_hiccups(code, message, refused):
+    assert containers.refused(code, message) is refused
 
 
 @pytest.mark.parametrize(
@@ -151,3 +199,75 @@ def test_a_host_runner_runs_as_nobody_for_good_and_cannot_read_the_control_plane
     ]
     workdir = tmp_path / "work" / request.job_id / "attempt-1"
     assert (workdir.stat().st_uid, workdir.stat().st_mode & 0o777) == (0, 0o700)
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_container_created_but_never_started_is_replaced_and_polled_as_lost(
+    settings, tmp_path, live_server, podman_image
+):
+    """What a `run` cut off between create and start leaves: never adopted as launched."""
+    settings.LOCAL_WORK_DIR = tmp_path / "work"
+    Provider.objects.filter(name="local").update(config={"runtime": "podman"})
+    org = OrganizationFactory(compute_enabled=True)
+    backend, request, bootstrap, _ = launch_args(
+        org, image=podman_image, control_url=live_server.url, command=["sleep", "20"]
+    )
+    name = containers.container_name(request.job_id, request.attempt)
+    podman = backend.containers
+    created = podman.cli("create", "--name", name, *podman.run_args, podman_image, "true")
+    assert created.returncode == 0, created.stderr
+    stale = {"runtime": "podman", "container": name, "workdir": str(tmp_path / "w")}
+    assert backend.poll(stale).state == "lost"
+
+    handle = backend.launch(request, bootstrap)
+    try:
+        assert backend.containers.state(name).status == "running"
+        assert handle["control"]["pid"] > 0
+    finally:
+        backend.release(handle)
+    assert containers_of_job(request.job_id) == []
+    wait_until(lambda: not local_backend.procfs.alive(handle["control"]["pid"]), timeout=10)
+
+
+SERVES = (
+    "import http.server, os, socketserver\n"
+    "class H(http.server.BaseHTTPRequestHandler):\n"
+    "    def do_GET(self):\n"
+    "        self.send_response(200); self.end_headers(); self.wfile.write(b'from inside')\n"
+    "port = int(os.environ['TRAINYARD_SERVICE_PORT'])\n"
+    "http.server.HTTPServer(('0.0.0.0', port), H).serve_forever()\n"
+)
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_serving_workload_is_reached_through_its_port_published_on_loopback_only(
+    settings, tmp_path, live_server, podman_image
+):
+    settings.LOCAL_WORK_DIR = tmp_path / "work"
+    Provider.objects.filter(name="local").update(config={"runtime": "podman"})
+    org = OrganizationFactory(compute_enabled=True)
+    backend, request, bootstrap, _ = launch_args(
+        org, image=podman_image, control_url=live_server.url, command=["python3", "-c", SERVES]
+    )
+    handle = backend.launch(request, bootstrap)
+    try:
+        url = backend.endpoint_url(handle, local_backend.SERVICE_PORT)
+        host_port = handle["ports"][str(local_backend.SERVICE_PORT)]
+        assert url == f"http://127.0.0.1:{host_port}"
+        wait_until(lambda: _get(url) == b"from inside", timeout=60, what="the workload's server")
+        with pytest.raises(PermanentBackendError, match="not published"):
+            backend.endpoint_url(handle, 9999)
+        published = backend.containers.cli("port", handle["container"]).stdout
+        assert published.split() == ["8000/tcp", "->", f"127.0.0.1:{host_port}"]
+    finally:
+        backend.release(handle)
+
+
+def _get(url: str) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.read()
+    except OSError:
+        return None

@@ -29,7 +29,12 @@ from apps.jobs.models import Attempt, Job, JobEvent
 from apps.jobs.states import JobState
 from apps.jobs.writes import JobWrite
 from apps.providers.backends import allocates_at_launch, backend_for
-from apps.providers.backends.base import Bootstrap, LaunchRequest, PermanentBackendError
+from apps.providers.backends.base import (
+    Bootstrap,
+    LaunchRequest,
+    PermanentBackendError,
+    RetryableBackendError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +212,15 @@ def _start(attempt: Attempt) -> bool:
     )
     try:
         handle = backend_for(attempt.provider).launch(request, bootstrap)
+    except RetryableBackendError as exc:
+        # Retried (a bounded number of deliveries); meanwhile the job says why it waits.
+        with transaction.atomic():
+            locked = Job.objects.select_for_update(no_key=True).get(pk=job_id)
+            if locked.state in DISPATCHABLE:
+                services.system_log(
+                    job=locked, attempt=attempt.number, message=f"launch failed, retrying: {exc}"
+                )
+        raise
     except PermanentBackendError as exc:
         reason = exc.reason
         with transaction.atomic():

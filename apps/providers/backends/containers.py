@@ -4,14 +4,20 @@ that run each attempt in the job's image.
 One container per attempt, named after it (`container_name`), so a repeated launch finds
 the container it started before instead of starting another. The runner is bind-mounted
 read-only and runs as the container's entrypoint (`python3 -m runner`); the attempt's work
-directory is the only host directory the container sees. The container's environment is
-only what `run` is given: podman and docker start it from the image's own, never from ours.
-Values are passed by name (`--env NAME`, the value read from the CLI's own environment), so
-the runner token never appears in an argv that `ps` shows. `states` reads many containers'
-states with one `container inspect` (the local backend's `poll_many`).
+directory is the only host directory the container may write, beside which it sees only its
+control socket's directory (read-only). Every container has a network of its own (NETWORKS:
+never the host's), so nothing on the host's loopback (the control plane, its Redis and
+PostgreSQL) is reachable from it; its one published port goes to the host's loopback only.
+The container's environment is only what `run` is given: podman and docker start it from
+the image's own, never from ours. Values are passed by name (`--env NAME`, the value read
+from the CLI's own environment), so the runner token never appears in an argv that `ps`
+shows. `states` reads many containers' states with one `container inspect` (the local
+backend's `poll_many`).
 
 Nothing here touches the database. Errors: `ImageUnavailable` (the image is neither in the
-local store nor pullable: permanent), `ContainerError` (the CLI failed otherwise).
+local store nor pullable: permanent), `LaunchRefused` (the runtime will not start the
+container, e.g. its OCI runtime's error: permanent), `ContainerError` (the CLI failed
+otherwise: retried). A `run` that fails never leaves its container behind.
 """
 
 from __future__ import annotations
@@ -32,6 +38,13 @@ CLI_TIMEOUT_S = 60.0
 INSPECT_BATCH = 500
 INSPECT_MANY_FORMAT = "{{json .Name}}\t{{json .State}}"
 NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
+# What a provider's config `network` may say. `isolated`: a network of the attempt's own with
+# a way out to the internet and none to the host's services (podman: slirp4netns, whose
+# guest cannot reach the host's loopback; docker: its default bridge, which reaches only
+# what the host publishes on its bridge address, never 127.0.0.1). `none`: no network at
+# all but loopback (an offline provider). The host's own network is never one: a workload
+# on it reaches the control plane's Redis and PostgreSQL.
+NETWORKS = ("isolated", "none")
 
 
 class ContainerError(RetryableBackendError):
@@ -48,8 +61,38 @@ class ImageUnavailable(PermanentBackendError):
         self.image = image
 
 
+class LaunchRefused(PermanentBackendError):
+    """The runtime refused to start the container for a reason that will not heal (its OCI
+    runtime's error, a flag it does not take): the attempt fails `launch_failed` at once,
+    with the runtime's words."""
+
+    def __init__(self, binary: str, detail: str) -> None:
+        super().__init__(f"{binary} could not start the container: {detail}")
+
+
+# Exit codes of `podman run` / `docker run` when the container's process never started:
+# 125 the runtime's own error (a bad flag, a refused option), 126 the OCI runtime could not
+# start it (`error setting rlimit`, a denied device), 127 its command was not found.
+REFUSED_EXIT_CODES = frozenset({125, 126, 127})
+# 125 also covers what may heal (a locked store, a busy name): those retry.
+TRANSIENT_MARKERS = ("timeout", "timed out", "locked", "in use", "temporarily", "try again")
+
+
+def refused(returncode: int, message: str) -> bool:
+    """Whether a failed `run` is the runtime refusing for good (LaunchRefused) rather than a
+    hiccup worth another try."""
+    if returncode not in REFUSED_EXIT_CODES:
+        return False
+    lowered = message.lower()
+    return returncode != 125 or not any(marker in lowered for marker in TRANSIENT_MARKERS)
+
+
 def container_name(job_id: str, attempt: int) -> str:
     return NAME_UNSAFE.sub("-", f"trainyard-{job_id}-attempt-{attempt}")
+
+
+RUNNING_STATES = frozenset({"running", "paused", "restarting"})
+NEVER_STARTED_STATES = frozenset({"created", "configured"})
 
 
 @dataclass(frozen=True)
@@ -59,7 +102,13 @@ class ContainerState:
 
     @property
     def running(self) -> bool:
-        return self.status in {"created", "running", "paused", "restarting", "configured"}
+        return self.status in RUNNING_STATES
+
+    @property
+    def never_started(self) -> bool:
+        """Created but never started: a `run` that failed (or was cut off) before the
+        container's process ran. Never a launched attempt."""
+        return self.status in NEVER_STARTED_STATES
 
 
 @dataclass(frozen=True)
@@ -73,6 +122,11 @@ class RunSpec:
     env: dict[str, str]  # passed by name: the values never enter argv
     gpu_count: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    network: str = "isolated"  # see NETWORKS
+    # Host directories mounted read-only: {host path: path in the container}.
+    read_only: dict[str, str] = field(default_factory=dict)
+    # Ports published to the host's loopback only: (host port, container port).
+    published: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -113,7 +167,7 @@ class ContainerRuntime:
             "--detach",
             "--name",
             spec.name,
-            "--network=host",  # the runner reaches the control plane as the host does
+            *self.network_args(spec.network),
             "--workdir",
             WORKDIR_MOUNT,
             "--volume",
@@ -124,6 +178,10 @@ class ContainerRuntime:
             "python3",
             *self.run_args,
         ]
+        for host_path, mounted in sorted(spec.read_only.items()):
+            argv += ["--volume", f"{host_path}:{mounted}:ro"]
+        for host_port, port in spec.published:
+            argv += ["--publish", f"127.0.0.1:{int(host_port)}:{int(port)}"]
         for key, value in sorted(spec.labels.items()):
             argv += ["--label", f"{key}={value}"]
         for name in sorted(spec.env):
@@ -131,6 +189,18 @@ class ContainerRuntime:
         argv += self.gpu_args(spec.gpu_count)
         argv += [spec.image, "-m", "runner"]
         return argv
+
+    def network_args(self, network: str) -> list[str]:
+        """The `run` flags of a provider's `network` (NETWORKS); PermanentBackendError for
+        any other, the host's own network included."""
+        if network == "none":
+            return ["--network=none"]
+        if network == "isolated":
+            return ["--network=bridge"] if self.binary == "docker" else ["--network=slirp4netns"]
+        raise PermanentBackendError(
+            f"Unknown container network {network!r}: one of {', '.join(NETWORKS)} "
+            "(a workload never shares the host's network)"
+        )
 
     def gpu_args(self, gpu_count: int) -> list[str]:
         """All of the host's NVIDIA GPUs for a GPU attempt: CDI for podman (the NVIDIA
@@ -164,7 +234,13 @@ class ContainerRuntime:
             stdin=subprocess.DEVNULL,
         )
         if result.returncode != 0:
-            raise ContainerError(_last_line(result.stderr) or f"{self.binary} run failed")
+            # `run` can leave the container created but never started: gone, so that no
+            # later launch adopts it as running.
+            self.remove(spec.name)
+            message = _last_line(result.stderr) or f"{self.binary} run failed"
+            if refused(result.returncode, message):
+                raise LaunchRefused(self.binary, message)
+            raise ContainerError(message)
 
     def state(self, name: str) -> ContainerState:
         result = self.cli("container", "inspect", "--format", "{{json .State}}", name)
@@ -239,7 +315,7 @@ class ContainerRuntime:
 def _state_of(state: dict) -> ContainerState:
     """A ContainerState from the runtime's `.State` object."""
     status = str(state.get("Status", "")).lower()
-    running = status in {"created", "running", "paused", "restarting", "configured"}
+    running = status in RUNNING_STATES or status in NEVER_STARTED_STATES
     exit_code = None if running else state.get("ExitCode")
     return ContainerState(status, exit_code if isinstance(exit_code, int) else None)
 

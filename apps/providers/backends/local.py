@@ -1,8 +1,14 @@
 """The local provider: runs each attempt on this host, in one of three runtimes.
 
 - `podman` or `docker`: the attempt runs in the job's image, one container per attempt
-  (`apps.providers.backends.containers`): its own processes, filesystem and environment;
-  the runner is mounted read-only and is the container's entrypoint. Multi-tenant.
+  (`apps.providers.backends.containers`): its own processes, filesystem, environment and
+  network (config `network`: `isolated`, the default — podman's slirp4netns, docker's
+  bridge: the internet yes, the host's loopback no — or `none` for an offline host). The
+  runner is mounted read-only and is the container's entrypoint; it reaches the control
+  plane only through the attempt's control socket (`runner.control_socket`), a small
+  process of this host started beside the container and stopped at release, which passes
+  on that job's runner calls and nothing else. Port SERVICE_PORT of the container is
+  published on the host's loopback, for a serving workload. Multi-tenant.
 - `host`: the runner is a detached process group on this host, in a new session, so it
   outlives web and worker restarts; the job's image is not used. When the control plane runs
   as root, the runner and workload run as an unprivileged user (`run_as`, default nobody).
@@ -37,12 +43,16 @@ counts live attempts in the database).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pwd
 import shlex
+import signal
+import socket
 import stat
 import sys
+import time
 from collections.abc import Sequence
 from contextlib import suppress
 from functools import cache, partial
@@ -71,7 +81,8 @@ from apps.providers.backends.containers import (
     RunSpec,
     container_name,
 )
-from runner import hostctl, protocol
+from runner import hostctl, procfs, protocol
+from runner.control_socket import SOCKET_MOUNT, SOCKET_NAME, SOCKET_ORIGIN
 from runner.hostctl import TOKEN_FILE
 from runner.hostctl import locked as _locked
 from runner.hostctl import read_handle as _read_handle
@@ -83,6 +94,14 @@ RUNTIMES = ("host", "podman", "docker")
 logger = logging.getLogger(__name__)
 
 PASSED_THROUGH_ENV = ("HOME", "LANG", "LC_ALL", "TMPDIR", "TZ", "USER")
+# A container attempt's control socket lives in `<workdir><CONTROL_DIR_SUFFIX>/`, beside its
+# work directory (the container mounts it read-only at SOCKET_MOUNT).
+CONTROL_DIR_SUFFIX = ".control"
+PLANNED_HANDLE = "handle.json"  # the container's handle, written before it starts
+CONTROL_SOCKET_WAIT_S = 10.0
+# The port of a container's own network that is published to the host's loopback: where a
+# serving workload listens ($TRAINYARD_SERVICE_PORT), the proxy's one way in.
+SERVICE_PORT = 8000
 
 
 @cache
@@ -93,11 +112,17 @@ def _detected_runtime() -> str:
     return "host"
 
 
-def container_runtime(binary: str) -> ContainerRuntime:
+def container_runtime(binary: str, config: dict[str, Any] | None = None) -> ContainerRuntime:
+    """The runtime `binary` with the flags this host needs: the provider's config
+    `global_args`/`run_args` (a string, split as a shell would) when it names them, else the
+    CONTAINER_GLOBAL_ARGS/CONTAINER_RUN_ARGS settings."""
+    config = config or {}
+    global_args = config.get("global_args", settings.CONTAINER_GLOBAL_ARGS)
+    run_args = config.get("run_args", settings.CONTAINER_RUN_ARGS)
     return ContainerRuntime(
         binary,
-        global_args=tuple(shlex.split(settings.CONTAINER_GLOBAL_ARGS)),
-        run_args=tuple(shlex.split(settings.CONTAINER_RUN_ARGS)),
+        global_args=tuple(shlex.split(str(global_args or ""))),
+        run_args=tuple(shlex.split(str(run_args or ""))),
     )
 
 
@@ -126,13 +151,22 @@ class LocalBackend(Backend):
         return runtime_of(self.config)
 
     def endpoint_url(self, handle: Handle, port: int) -> str:
-        """This host's loopback: the host runtime shares it, and containers run with the
-        host's network (`containers.run_argv`)."""
-        return f"http://127.0.0.1:{int(port)}"
+        """This host's loopback: a host runner shares it; a container's port is the one
+        published for it there (its SERVICE_PORT), and no other of its ports is reachable."""
+        ports = handle.get("ports") if isinstance(handle, dict) else None
+        if "container" not in handle:
+            return f"http://127.0.0.1:{int(port)}"
+        published = (ports or {}).get(str(int(port)))
+        if published is None:
+            raise PermanentBackendError(
+                f"port {port} of the container is not published: serve on "
+                f"${protocol.ENV_SERVICE_PORT} ({SERVICE_PORT})"
+            )
+        return f"http://127.0.0.1:{int(published)}"
 
     @property
     def containers(self) -> ContainerRuntime:
-        return container_runtime(self.runtime)
+        return container_runtime(self.runtime, self.config)
 
     @property
     def work_root(self) -> Path:
@@ -158,36 +192,94 @@ class LocalBackend(Backend):
     def _start_container(
         self, workdir: Path, request: LaunchRequest, bootstrap: Bootstrap
     ) -> Handle:
-        """One container per attempt: one that a crashed launch left behind is adopted,
-        never doubled (its name is the attempt's)."""
+        """One container per attempt, on a network of its own, its runner's one way out the
+        attempt's control socket. A running container that a crashed launch left behind is
+        adopted, never doubled (its name is the attempt's); one created but never started
+        is removed and started anew."""
         containers = self.containers
         name = container_name(request.job_id, request.attempt)
-        if containers.state(name).status == "missing":
-            containers.ensure_image(request.image, pull_timeout_s=settings.IMAGE_PULL_TIMEOUT_S)
-            token_file = _write_token(workdir, bootstrap.token)
-            spec = RunSpec(
-                name=name,
-                image=request.image,
-                workdir=str(workdir),
-                runner_dir=str(Path(protocol.__file__).resolve().parent),
-                env={
-                    "PYTHONPATH": "/opt/trainyard",
-                    "PYTHONUNBUFFERED": "1",
-                    protocol.ENV_CONTROL_URL: bootstrap.control_url,
-                    protocol.ENV_JOB_ID: bootstrap.job_id,
-                    protocol.ENV_RUNNER_TOKEN_FILE: f"{WORKDIR_MOUNT}/{TOKEN_FILE}",
-                    protocol.ENV_WORKDIR: WORKDIR_MOUNT,
-                    **relay_env(self.config),
-                },
-                gpu_count=request.gpu_count if request.accelerator != "cpu" else 0,
-                labels={"trainyard.job": request.job_id, "trainyard.attempt": str(request.attempt)},
-            )
-            try:
-                containers.run(spec, host_env=_cli_env())
-            except Exception:
-                token_file.unlink(missing_ok=True)  # no runner will read it
-                raise
-        return {"runtime": self.runtime, "container": name, "workdir": str(workdir)}
+        control_dir = workdir.parent / f"{workdir.name}{CONTROL_DIR_SUFFIX}"
+        state = containers.state(name)
+        if state.never_started:
+            containers.remove(name)
+        elif state.status != "missing":
+            planned = _read_json(control_dir / PLANNED_HANDLE)
+            return planned or {"runtime": self.runtime, "container": name, "workdir": str(workdir)}
+        network = str(self.config.get("network") or "isolated")
+        containers.network_args(network)  # an unknown network fails before anything starts
+        containers.ensure_image(request.image, pull_timeout_s=settings.IMAGE_PULL_TIMEOUT_S)
+        control = self._start_control_socket(control_dir, bootstrap)
+        host_port = free_loopback_port()
+        handle = {
+            "runtime": self.runtime,
+            "container": name,
+            "workdir": str(workdir),
+            "control": control,
+            "ports": {str(SERVICE_PORT): host_port},
+        }
+        _write_json(control_dir / PLANNED_HANDLE, handle)
+        token_file = _write_token(workdir, bootstrap.token)
+        spec = RunSpec(
+            name=name,
+            image=request.image,
+            workdir=str(workdir),
+            runner_dir=str(Path(protocol.__file__).resolve().parent),
+            env={
+                "PYTHONPATH": "/opt/trainyard",
+                "PYTHONUNBUFFERED": "1",
+                protocol.ENV_CONTROL_URL: SOCKET_ORIGIN,
+                protocol.ENV_CONTROL_SOCKET: f"{SOCKET_MOUNT}/{SOCKET_NAME}",
+                protocol.ENV_JOB_ID: bootstrap.job_id,
+                protocol.ENV_RUNNER_TOKEN_FILE: f"{WORKDIR_MOUNT}/{TOKEN_FILE}",
+                protocol.ENV_WORKDIR: WORKDIR_MOUNT,
+                protocol.ENV_SERVICE_PORT: str(SERVICE_PORT),
+            },
+            gpu_count=request.gpu_count if request.accelerator != "cpu" else 0,
+            labels={"trainyard.job": request.job_id, "trainyard.attempt": str(request.attempt)},
+            network=network,
+            read_only={str(control_dir): SOCKET_MOUNT},
+            published=((host_port, SERVICE_PORT),) if network != "none" else (),
+        )
+        try:
+            containers.run(spec, host_env=_cli_env())
+        except Exception:
+            token_file.unlink(missing_ok=True)  # no runner will read it
+            _stop_control_socket(handle)
+            raise
+        return handle
+
+    def _start_control_socket(self, control_dir: Path, bootstrap: Bootstrap) -> Handle:
+        """Serve the attempt's control socket (`runner.control_socket`) in `control_dir`,
+        which the container mounts read-only: a detached process of its own that forwards
+        only this job's runner calls to the control plane (or the provider's relay), as
+        nobody when we are root and nobody can run our interpreter. Waits until the socket
+        is there, so the runner's first call finds it."""
+        control_dir.mkdir(parents=True, exist_ok=True)
+        python = sys.executable
+        argv = [python, "-m", "runner.control_socket", "--socket", SOCKET_NAME]
+        argv += ["--job", bootstrap.job_id, "--upstream", bootstrap.control_url]
+        relay = str(self.config.get("relay_url") or "").strip()
+        if relay:
+            argv += ["--relay", relay]
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(settings.BASE_DIR)}
+        user = self._run_as(python)
+        run_as = None
+        if user is not None:
+            os.chown(control_dir, user.pw_uid, user.pw_gid)
+            run_as = (user.pw_uid, user.pw_gid)
+        (control_dir / SOCKET_NAME).unlink(missing_ok=True)
+        try:
+            control = hostctl.spawn_runner(argv, control_dir, env, [], run_as)
+        except OSError as exc:
+            raise PermanentBackendError(f"could not start the control socket: {exc}") from exc
+        deadline = time.monotonic() + CONTROL_SOCKET_WAIT_S
+        while not (control_dir / SOCKET_NAME).exists():
+            if time.monotonic() > deadline or not procfs.alive(control["pid"]):
+                _stop_control_socket({"control": control})
+                tail = " / ".join(hostctl.log_tail(control_dir, 3))
+                raise PermanentBackendError(f"the control socket did not start: {tail}")
+            time.sleep(0.01)
+        return control
 
     def _start_runner(self, workdir: Path, bootstrap: Bootstrap) -> Handle:
         python = self.config.get("python") or sys.executable
@@ -285,6 +377,8 @@ class LocalBackend(Backend):
     def _container_result(self, handle: Handle, state: ContainerState) -> PollResult:
         if state.running:
             return PollResult("running")
+        if state.never_started:
+            return PollResult("lost", detail="the attempt's container was created but never ran")
         if state.status == "missing":
             return PollResult("lost", detail="the attempt's container is gone")
         workdir = Path(handle["workdir"])
@@ -309,6 +403,7 @@ class LocalBackend(Backend):
         already in the database), locked away from later attempts' users."""
         if "container" in handle:
             self.containers.remove(handle["container"])
+            _stop_control_socket(handle)
         else:
             hostctl.kill_leftovers(handle)
         workdir = Path(handle["workdir"])
@@ -320,6 +415,28 @@ class LocalBackend(Backend):
 
     def offers(self) -> list[OfferInfo]:
         return [OfferInfo(accelerator="cpu", gpu_counts=[1], capacity=os.cpu_count() or 1)]
+
+
+def _stop_control_socket(handle: Handle) -> None:
+    """SIGKILL the attempt's control socket server (only while it is the recorded process)."""
+    control = handle.get("control")
+    if isinstance(control, dict) and {"pid", "pgid"} <= set(control):
+        procfs.signal_group(*hostctl.group_of(control), signal.SIGKILL)
+
+
+def _read_json(path: Path) -> Handle | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def free_loopback_port() -> int:
+    """A port of the host's loopback that nothing listens on now (the kernel's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def _cli_env() -> dict[str, str]:
