@@ -324,6 +324,12 @@ LOCAL_RUNTIME = env_str("LOCAL_RUNTIME", "auto")
 # The operator's opt-in to several organizations at once on a host-runtime local provider
 # (where workloads can see each other), for providers whose config does not say.
 LOCAL_MULTI_TENANT = env_bool("LOCAL_MULTI_TENANT", False)
+# The operator's mark that this control plane's host is for development only: there, the
+# host runtime may run a workload as the control plane's own user (which can read its
+# environment, every tenant's files and the SSH keys). Unmarked, such a launch fails
+# `launch_failed`. `make run` sets it (a laptop's stack); a provider's config "dev_only"
+# overrides it.
+LOCAL_HOST_RUNTIME_DEV_ONLY = env_bool("LOCAL_HOST_RUNTIME_DEV_ONLY", False)
 # What a host's container runtime needs beyond its defaults, shell-split: arguments before
 # the subcommand (e.g. "--runtime runc --cgroup-manager=cgroupfs") and after `run` (e.g.
 # "--ulimit nofile=1024:4096 --ulimit nproc=1000:1000").

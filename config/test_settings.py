@@ -14,6 +14,8 @@ os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")  # apart from `m
 # The suite's jobs run on the host runtime (the trainer needs the project's environment);
 # the container tests configure podman on their own provider.
 os.environ.setdefault("LOCAL_RUNTIME", "host")
+# Tests are development: the host runtime may run workloads as the suite's own user.
+os.environ.setdefault("LOCAL_HOST_RUNTIME_DEV_ONLY", "1")
 # What podman needs on these machines (hybrid cgroups: crun fails, default ulimits refused).
 os.environ.setdefault("CONTAINER_GLOBAL_ARGS", "--runtime runc --cgroup-manager=cgroupfs")
 os.environ.setdefault("CONTAINER_RUN_ARGS", "--ulimit nofile=1024:4096 --ulimit nproc=1000:1000")

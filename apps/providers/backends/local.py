@@ -136,6 +136,23 @@ def runtime_of(config: dict[str, Any]) -> str:
     return runtime
 
 
+def refuse_own_uid(config: dict[str, Any]) -> None:
+    """A host runner that would run as the control plane's own user (not root, or no
+    `run_as` it can use) could read the control plane's environment (database URL,
+    SECRET_KEY, SECRETS_KEYS), every tenant's media and the SSH providers' keys: allowed
+    only on a host the operator marks development-only (config `dev_only`, else the
+    LOCAL_HOST_RUNTIME_DEV_ONLY setting). Otherwise the launch fails `launch_failed`."""
+    if config.get("dev_only", settings.LOCAL_HOST_RUNTIME_DEV_ONLY):
+        return
+    raise PermanentBackendError(
+        f"the host runtime would run this workload as the control plane's own user (uid "
+        f"{os.geteuid()}), which can read its secrets and every tenant's files: run jobs in "
+        "containers (LOCAL_RUNTIME=podman or docker), run the worker as root with a run_as "
+        "user, or mark this host development-only with LOCAL_HOST_RUNTIME_DEV_ONLY=1 "
+        '(a provider\'s config "dev_only": true)'
+    )
+
+
 class LocalBackend(Backend):
     kind = "local"
     SERVES_ENDPOINTS = True
@@ -299,6 +316,8 @@ class LocalBackend(Backend):
             }
         )
         user = self._run_as(python)
+        if user is None:
+            refuse_own_uid(self.config)
         token_file = _write_token(workdir, bootstrap.token)
         env[protocol.ENV_RUNNER_TOKEN_FILE] = str(token_file)
         run_as = None
