@@ -2,7 +2,8 @@
 (see `.env.example`); production differs from development only by those values.
 
 Defaults are for a developer's laptop: SQLite under `var/` (the embedded default of
-`make run`) unless `DATABASE_URL` is set, and Redis on 127.0.0.1:6379.
+`make run`) unless `DATABASE_URL` is set, and `make run`'s own Redis (a Unix socket and a
+password under `var/`) unless `REDIS_URL` is set.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from config import local_redis
 from config.env import env_bool, env_float, env_int, env_list, env_str
 from config.storage import default_storage_config
 
@@ -129,7 +131,11 @@ def _database_config(url: str) -> dict:
 DATABASES = {"default": _database_config(env_str("DATABASE_URL", ""))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Unset: `make run`'s own Redis, on a Unix socket under VAR_DIR with a password kept there
+# (config/local_redis.py; `manage.py ensure_redis` starts it). Set: that Redis, which should
+# require a password too (redis://:PASSWORD@host:6379/0).
+REDIS_OWN = not env_str("REDIS_URL", "")
+REDIS_URL = env_str("REDIS_URL", "") or local_redis.url(VAR_DIR)
 
 # The channel layer's Redis connections read without a socket timeout. A socket's consumer
 # waits for its pushes with a blocking pop of 5 s (channels_redis' `brpop_timeout`), which
@@ -157,7 +163,7 @@ CHANNEL_LAYERS = {
 
 # Celery: at-least-once delivery. Tasks are short and idempotent; a task that dies with its
 # worker is redelivered rather than lost.
-CELERY_BROKER_URL = REDIS_URL
+CELERY_BROKER_URL = local_redis.celery_broker_url(REDIS_URL)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_ACCEPT_CONTENT = ["json"]
