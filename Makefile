@@ -5,8 +5,10 @@ BIN    := $(VENV)/bin
 PY     := $(BIN)/python
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-# `make run` is for a laptop: debug on, SQLite under var/ unless DATABASE_URL is set.
-RUN_ENV := DEBUG=$${DEBUG:-1}
+# `make run` is for a laptop: debug on, SQLite under var/ unless DATABASE_URL is set, its own
+# Redis (a Unix socket and a password under var/) unless REDIS_URL is set, and a development
+# host: the host runtime may run jobs as your user (LOCAL_HOST_RUNTIME_DEV_ONLY).
+RUN_ENV := DEBUG=$${DEBUG:-1} LOCAL_HOST_RUNTIME_DEV_ONLY=$${LOCAL_HOST_RUNTIME_DEV_ONLY:-1}
 # `make test` runs against PostgreSQL and Redis on this machine unless told otherwise.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/trainyard
 
@@ -30,14 +32,15 @@ $(VENV)/.installed-dev: pyproject.toml $(wildcard */__init__.py) | $(PY)
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
+# Before it serves, check_runtime makes a tiny container run (flags it finds go to the
+# stack's environment); a runtime that cannot start containers stops it, naming the fix.
 run: install
 	$(RUN_ENV) $(PY) manage.py runstack --check-port
 	$(RUN_ENV) $(PY) manage.py migrate --noinput
 	$(RUN_ENV) $(PY) manage.py seed_demo
 	$(RUN_ENV) $(PY) manage.py collectstatic --noinput --verbosity 0
 	$(RUN_ENV) $(PY) manage.py ensure_redis
-	@echo "Trainyard: http://$${WEB_HOST:-127.0.0.1}:$${WEB_PORT:-8000}/  (Ctrl-C stops web, worker and beat)"
-	$(RUN_ENV) $(PY) manage.py runstack
+	$(RUN_ENV) $(PY) manage.py check_runtime --exec sh -c 'echo "Trainyard: http://$${WEB_HOST:-127.0.0.1}:$${WEB_PORT:-8000}/  (Ctrl-C stops web, worker and beat)"; exec "$$0" manage.py runstack' $(PY)
 
 lint: install-dev
 	$(BIN)/ruff check .

@@ -1,9 +1,12 @@
 """`make run` itself, as a newcomer runs it: on a port other than 8000 its runners follow the
-server, and a hard kill of it takes web, worker and beat down with it."""
+server, its own Redis wants a password, a hard kill of it takes web, worker and beat down
+with it, and it checks the container runtime before it serves (finding the flags this
+machine's podman needs, or stopping with the fix)."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,18 +27,22 @@ REDIS_URL = "redis://127.0.0.1:6379/14"  # apart from the suite's own stack (db 
 PASSWORD = "make-run-test-password"
 
 
-def _env(tmp_path: Path, port: int) -> dict[str, str]:
+def _env(tmp_path: Path, port: int, redis_url: str | None = REDIS_URL) -> dict[str, str]:
+    """`redis_url` None: unset, so `make run` starts its own Redis."""
     env = base_env(
         DEBUG="1",
         TRAINYARD_VAR_DIR=str(tmp_path / "var"),
         DATABASE_URL="",  # the embedded SQLite default, as on a laptop
-        REDIS_URL=REDIS_URL,
+        REDIS_URL=redis_url or "",
         WEB_PORT=str(port),
         DEMO_PASSWORD=PASSWORD,
         RECONCILE_INTERVAL_S="1",
         HEARTBEAT_INTERVAL_S="1",
     )
-    for name in ("SECRET_KEY", "SECRETS_KEYS", "TRAINYARD_PUBLIC_URL", "MAKEFLAGS", "MFLAGS"):
+    unset = ["SECRET_KEY", "SECRETS_KEYS", "TRAINYARD_PUBLIC_URL", "MAKEFLAGS", "MFLAGS"]
+    # make run's own default, not the test settings' mark.
+    unset.append("LOCAL_HOST_RUNTIME_DEV_ONLY")
+    for name in [*unset, *([] if redis_url else ["REDIS_URL"])]:
         env.pop(name, None)
     return env
 
@@ -62,13 +69,13 @@ def _stack_pids(var_dir: Path) -> list[int]:
 
 
 @contextmanager
-def make_run(tmp_path: Path, port: int, name: str = "run"):
+def make_run(tmp_path: Path, port: int, name: str = "run", env: dict[str, str] | None = None):
     log = tmp_path / f"make-{name}.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             ["make", "run"],
             cwd=ROOT,
-            env=_env(tmp_path, port),
+            env=env or _env(tmp_path, port),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -82,6 +89,29 @@ def make_run(tmp_path: Path, port: int, name: str = "run"):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         redis.Redis.from_url(REDIS_URL).flushdb()
+        with suppress(FileNotFoundError, ProcessLookupError, ValueError):  # its own Redis
+            os.kill(int((tmp_path / "var" / "redis" / "redis.pid").read_text()), signal.SIGKILL)
+
+
+def _submit(port: int, env: dict[str, str], name: str, image: str, command: list[str]) -> str:
+    """A job of the demo organization's, through the API; its final state."""
+    key = manage("create_api_key", "--org", "demo", env=env).stdout.strip().splitlines()
+    headers = {"Authorization": f"Bearer {key[-1]}", "Idempotency-Key": uuid.uuid4().hex}
+    body = {
+        "name": name,
+        "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+        "container": {"image": image, "command": command},
+    }
+    base = f"http://127.0.0.1:{port}/api/v1/compute/jobs"
+    created = requests.post(base, json=body, headers=headers, timeout=10)
+    assert created.status_code == 201, created.text
+    job_url = f"{base}/{created.json()['id']}"
+
+    def finished():
+        state = requests.get(job_url, headers=headers, timeout=5).json()["state"]
+        return state if state in ("succeeded", "failed", "terminated") else None
+
+    return wait_until(finished, timeout=120, interval=0.5, what="the job")
 
 
 class Listener:
@@ -110,36 +140,86 @@ class Listener:
 
 
 def test_on_another_port_the_runner_reports_to_that_port_and_never_to_8000(tmp_path):
+    """With REDIS_URL unset, on make run's own Redis: a password on a socket of its own."""
     port = free_port()
+    env = _env(tmp_path, port, redis_url=None)
     listener = Listener()  # fails the test when 8000 is taken: then the check proves nothing
     try:
-        with make_run(tmp_path, port) as proc:
+        with make_run(tmp_path, port, env=env) as proc:
             wait_until(
                 lambda: _healthy(port) or proc.poll() is not None, timeout=240, what="make run"
             )
             assert proc.poll() is None, proc.log.read_text()
-            assert f"Trainyard: http://127.0.0.1:{port}/" in proc.log.read_text()
-            env = _env(tmp_path, port)
-            key = manage("create_api_key", "--org", "demo", env=env).stdout.strip().splitlines()
-            headers = {"Authorization": f"Bearer {key[-1]}", "Idempotency-Key": uuid.uuid4().hex}
-            body = {
-                "name": "on-another-port",
-                "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
-                "container": {"image": "local", "command": ["python", "-c", "print('hi')"]},
-            }
-            base = f"http://127.0.0.1:{port}/api/v1/compute/jobs"
-            created = requests.post(base, json=body, headers=headers, timeout=10)
-            assert created.status_code == 201, created.text
-            job_url = f"{base}/{created.json()['id']}"
+            log = proc.log.read_text()
+            assert f"Trainyard: http://127.0.0.1:{port}/" in log
+            sock = tmp_path / "var" / "redis" / "redis.sock"
+            assert f"Started redis-server on {sock}, password required." in log
 
-            def finished():
-                state = requests.get(job_url, headers=headers, timeout=5).json()["state"]
-                return state if state in ("succeeded", "failed", "terminated") else None
+            # The job goes through the worker, whose broker is that Redis.
+            job = ["python", "-c", "print('hi')"]
+            assert _submit(port, env, "on-another-port", "local", job) == "succeeded"
 
-            assert wait_until(finished, timeout=90, interval=0.5, what="the job") == "succeeded"
+            password = (tmp_path / "var" / "redis" / "password").read_text().strip()
+            assert password not in log
+            with pytest.raises(redis.AuthenticationError):
+                redis.Redis(unix_socket_path=str(sock), protocol=2).ping()
+            assert redis.Redis(unix_socket_path=str(sock), password=password).ping()
     finally:
         listener.close()
     assert listener.connections == 0
+
+
+def test_a_newcomers_make_run_finds_the_flags_podman_needs_and_runs_container_jobs(
+    tmp_path, podman_image
+):
+    """A clean environment on this machine: LOCAL_RUNTIME auto (podman), no container flags;
+    without them every container fails `error setting rlimit type 7`."""
+    port = free_port()
+    env = _env(tmp_path, port, redis_url=None)
+    for name in ("LOCAL_RUNTIME", "CONTAINER_GLOBAL_ARGS", "CONTAINER_RUN_ARGS"):
+        env.pop(name, None)
+    with make_run(tmp_path, port, env=env) as proc:
+        wait_until(lambda: _healthy(port) or proc.poll() is not None, timeout=240, what="make run")
+        assert proc.poll() is None, proc.log.read_text()
+        log = proc.log.read_text()
+        assert "podman could not start a container with the flags it was given" in log
+        assert "error setting rlimit" in log
+        assert (
+            'CONTAINER_GLOBAL_ARGS="--runtime runc --cgroup-manager=cgroupfs" '
+            'CONTAINER_RUN_ARGS="--ulimit nofile=1024:4096 --ulimit nproc=1000:1000", '
+            "so this stack uses them"
+        ) in log
+        # The worker got them: a job in a container runs to its end.
+        job = ["python3", "-c", "print('in a container')"]
+        assert _submit(port, env, "in-a-container", podman_image, job) == "succeeded"
+
+
+def test_make_run_stops_before_serving_when_no_flags_make_the_runtime_work(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "podman").write_text(
+        "#!/bin/sh\necho 'Error: this runtime refuses every container' >&2\nexit 126\n"
+    )
+    (fake / "podman").chmod(0o755)
+    port = free_port()
+    env = _env(tmp_path, port)
+    env.update(LOCAL_RUNTIME="podman", PATH=f"{fake}{os.pathsep}{env['PATH']}")
+    for name in ("CONTAINER_GLOBAL_ARGS", "CONTAINER_RUN_ARGS"):
+        env.pop(name, None)
+
+    result = subprocess.run(
+        ["make", "run"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240
+    )
+    output = result.stdout + result.stderr
+
+    assert result.returncode != 0, output
+    assert "podman cannot start a container on this host" in output
+    assert "this runtime refuses every container" in output
+    assert 'CONTAINER_GLOBAL_ARGS="--runtime runc --cgroup-manager=cgroupfs"' in output
+    assert "LOCAL_RUNTIME=host" in output
+    assert not re.search(r"^Trainyard: http://", output, flags=re.MULTILINE)  # no banner
+    assert not _healthy(port)
+    assert not _stack_pids(tmp_path / "var")
 
 
 def test_a_hard_kill_takes_the_stack_down_and_a_taken_port_is_named(tmp_path):
