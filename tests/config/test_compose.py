@@ -66,3 +66,56 @@ def test_it_refuses_to_start_without_real_keys():
 def test_the_web_port_is_published_on_loopback_unless_told_otherwise():
     ports = _compose()["services"]["web"]["ports"]
     assert ports == ["${TRAINYARD_BIND:-127.0.0.1}:8000:8000"]
+
+
+def _no_default(value: str, name: str) -> None:
+    """`value` takes NAME from the environment and compose stops when it is unset."""
+    assert "${" + name + ":?" in value, value
+    assert "${" + name + ":-" not in value and "${" + name + "}" not in value, value
+
+
+def test_postgres_requires_a_password_from_the_environment_and_never_trusts():
+    services = _compose()["services"]
+    postgres = services["postgres"]["environment"]
+    _no_default(postgres["POSTGRES_PASSWORD"], "POSTGRES_PASSWORD")
+    assert postgres["POSTGRES_HOST_AUTH_METHOD"] == "scram-sha-256"
+    assert "--auth-local=scram-sha-256" in postgres["POSTGRES_INITDB_ARGS"]
+    database_url = _compose()["x-trainyard-env"]["DATABASE_URL"]
+    assert database_url.startswith("postgres://trainyard:${POSTGRES_PASSWORD:?")
+    _no_default(database_url, "POSTGRES_PASSWORD")
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert not re.search(r"\btrust\b", text, flags=re.IGNORECASE)  # the auth method
+    assert "trainyard:trainyard@" not in text
+
+
+def test_redis_requires_a_password_from_the_environment():
+    redis = _compose()["services"]["redis"]
+    _no_default(redis["environment"]["REDIS_PASSWORD"], "REDIS_PASSWORD")
+    command = " ".join(redis["command"])
+    assert "requirepass" in command and "$$REDIS_PASSWORD" in command
+    # A healthcheck that sends the password (an unauthenticated PING is refused).
+    assert "REDISCLI_AUTH" in " ".join(redis["healthcheck"]["test"])
+    redis_url = _compose()["x-trainyard-env"]["REDIS_URL"]
+    assert redis_url.startswith("redis://:${REDIS_PASSWORD:?")
+    _no_default(redis_url, "REDIS_PASSWORD")
+
+
+def test_no_password_has_a_default_anywhere_in_the_file():
+    text = (ROOT / "docker-compose.yml").read_text()
+    for name in re.findall(r"\$\{([A-Z_]*(?:PASSWORD|SECRET|KEY)[A-Z_]*)", text):
+        assert not re.search(r"\$\{" + name + r":?-", text), name
+
+
+def test_the_worker_runs_jobs_in_containers_after_checking_the_runtime():
+    """Never the host runtime as the control plane's own user (issue 36 part 4), and the
+    same runtime check `make run` does before Celery starts."""
+    env = _compose()["x-trainyard-env"]
+    assert env["LOCAL_RUNTIME"] == "${LOCAL_RUNTIME:-docker}"
+    assert env["LOCAL_HOST_RUNTIME_DEV_ONLY"] == "${LOCAL_HOST_RUNTIME_DEV_ONLY:-0}"
+    worker = _compose()["services"]["worker"]
+    assert "${CONTAINER_SOCKET:-/var/run/docker.sock}:/var/run/docker.sock" in worker["volumes"]
+    jobs = "${TRAINYARD_JOBS_DIR:-/var/lib/trainyard-jobs}"
+    assert f"{jobs}:{jobs}" in worker["volumes"]  # the same path on the host and in here
+    assert env["LOCAL_WORK_DIR"].startswith(jobs)
+    command = " ".join(worker["command"])
+    assert "manage.py check_runtime --exec celery -A config worker" in command
