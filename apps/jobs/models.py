@@ -194,6 +194,10 @@ class Attempt(models.Model):
     )
     accelerator = models.CharField(max_length=64)
     gpu_count = models.PositiveSmallIntegerField()
+    # The host's GPU indices this attempt holds while live, as placement gave them
+    # (apps.jobs.execution.placement); [] for a CPU attempt and where the provider assigns
+    # GPUs itself (Slurm).
+    gpu_devices = models.JSONField(default=list, blank=True)
     gpu_memory_gb = models.PositiveIntegerField(default=0)
     # The whole allocation's price per hour, captured at allocation.
     price_micros_hr = models.BigIntegerField(default=0)

@@ -27,7 +27,6 @@ def _spec(**overrides) -> RunSpec:
         "workdir": "/var/work/job_x/attempt-1",
         "runner_dir": "/app/runner",
         "env": {"TRAINYARD_RUNNER_TOKEN": "ty-secret-token", "PYTHONPATH": "/opt/trainyard"},
-        "gpu_count": 0,
     }
     return RunSpec(**{**values, **overrides})
 
@@ -95,15 +94,23 @@ def test_a_runtime_that_refuses_is_told_from_one_that_hiccups(code, message, ref
 
 
 @pytest.mark.parametrize(
-    ("binary", "expected"),
-    [("podman", ["--device", "nvidia.com/gpu=all"]), ("docker", ["--gpus", "all"])],
+    ("binary", "devices", "expected"),
+    [
+        ("podman", (1,), ["--device", "nvidia.com/gpu=1"]),
+        ("podman", (0, 3), ["--device", "nvidia.com/gpu=0", "--device", "nvidia.com/gpu=3"]),
+        ("docker", (1,), ["--gpus", '"device=1"']),
+        ("docker", (0, 3), ["--gpus", '"device=0,3"']),
+    ],
 )
-def test_a_gpu_attempt_gets_the_hosts_gpus(binary, expected):
-    argv = ContainerRuntime(binary).run_argv(_spec(gpu_count=2))
+def test_a_gpu_attempt_gets_only_its_own_devices(binary, devices, expected):
+    argv = ContainerRuntime(binary).run_argv(_spec(gpu_devices=devices))
 
+    gpu_flags = [part for part in argv if part in {"--device", "--gpus"}]
     start = argv.index(expected[0])
-    assert argv[start : start + 2] == expected
-    assert argv.index(expected[0]) < argv.index("registry.example/team/train:1")
+    assert argv[start : start + len(expected)] == expected
+    assert len(gpu_flags) == len(expected) // 2  # nothing else, "all" least of all
+    assert not any(part.endswith("=all") or part == "all" for part in argv)
+    assert start + len(expected) <= argv.index("registry.example/team/train:1")
 
 
 def test_auto_picks_a_working_container_runtime_else_host(settings, monkeypatch, tmp_path):

@@ -104,13 +104,14 @@ def allocate(job_id: int, *, provision: bool = False) -> Attempt | None:
         job = _locked(job_id)
         if job is None or job.state not in WAITING:
             return None
-        offer = lock_offer_with_capacity(job)
+        placement = lock_offer_with_capacity(job)
         now = timezone.now()
-        if offer is None:
+        if placement is None:
             if job.state == JobState.REQUESTED and preemption.displace_for(job) is not None:
                 return None
             _wait_for_capacity(job, now)
             return None
+        offer = placement.offer
         write = JobWrite(job)
         if job.state == JobState.PREEMPTED:
             write.transition(JobState.REQUESTED, message="Placed again after preemption.")
@@ -123,6 +124,7 @@ def allocate(job_id: int, *, provision: bool = False) -> Attempt | None:
             offer=offer,
             accelerator=offer.accelerator.name,
             gpu_count=job.gpu_count,
+            gpu_devices=list(placement.gpu_devices),
             gpu_memory_gb=offer.accelerator.memory_gb,
             price_micros_hr=offer.price_per_gpu_hour_micros * job.gpu_count,
             allocated_at=now,
@@ -133,6 +135,8 @@ def allocate(job_id: int, *, provision: bool = False) -> Attempt | None:
             open_meter(job, attempt)  # the burn rate counts it from allocation
         price = format_usd(attempt.price_micros_hr)
         where = f"{offer.provider.name}: {attempt.accelerator} x{attempt.gpu_count}"
+        if attempt.gpu_devices:
+            where += f" (GPU {','.join(map(str, attempt.gpu_devices))})"
         write.event(
             attempt=number,
             type=JobEventType.PROVIDER_ALLOCATED,
@@ -141,6 +145,7 @@ def allocate(job_id: int, *, provision: bool = False) -> Attempt | None:
                 "provider": offer.provider.name,
                 "offer": offer.pk,
                 "price_usd_hr": micros_to_usd(attempt.price_micros_hr),
+                **({"gpu_devices": attempt.gpu_devices} if attempt.gpu_devices else {}),
             },
         )
         write.system_log(attempt=number, message=f"allocated {where} at {price}/h")
@@ -203,6 +208,7 @@ def _start(attempt: Attempt) -> bool:
         ephemeral_disk_gb=job.ephemeral_disk_gb,
         image=job.spec["container"]["image"],
         max_runtime_hours=job.max_runtime_hours,
+        gpu_devices=tuple(attempt.gpu_devices or ()),
     )
     bootstrap = Bootstrap(
         control_url=settings.TRAINYARD_PUBLIC_URL,

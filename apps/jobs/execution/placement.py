@@ -22,6 +22,16 @@ Tenancy: a single-tenant provider (the local host runtime, where workloads could
 other) takes one organization's work at a time; another organization's job waits for it
 or goes elsewhere. A job that reads paths on the host (a fine-tune's model or dataset given
 as a path) is placed only on single-tenant providers.
+
+GPU devices: on a provider that is one host (`assigns_gpu_devices`: local and ssh, not
+Slurm, whose gres picks a node's GPUs itself), each GPU attempt gets its own device indices,
+the lowest that no live attempt on the provider holds, as many as the job's `gpu_count`,
+stored on the Attempt (`gpu_devices`) and passed to the backend, which exposes only those.
+The host's GPUs are numbered 0..N-1, N the sum of the capacities of the provider's GPU
+offers (enabled or not): offers on one host share out its GPUs, as slot counting already
+assumes. They are chosen with the provider's row locked (before the offer's, as for
+tenancy), so two placements on two offers of one host cannot pick the same index; an offer
+whose host has too few free indices is passed over like a full one.
 """
 
 from __future__ import annotations
@@ -39,7 +49,7 @@ from apps.jobs.ceilings import markets_for
 from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Attempt
 from apps.jobs.states import JobState
-from apps.providers.backends import serves_endpoints, single_tenant
+from apps.providers.backends import assigns_gpu_devices, serves_endpoints, single_tenant
 from apps.providers.models import Provider
 
 
@@ -156,25 +166,49 @@ def _held_by_another_tenant(offer: Offer, job) -> bool:
     )
 
 
-def lock_offer_with_capacity(job) -> Offer | None:
-    """The cheapest offer that still has room for `job` once locked, or None. Call inside a
-    transaction; the lock holds until it ends, so create the Attempt in the same one."""
+def free_gpu_devices(provider_id: int, count: int) -> tuple[int, ...] | None:
+    """The `count` lowest GPU indices of the provider's host that none of its live attempts
+    holds, or None when fewer are free. Call with the provider's row locked."""
+    offers = Offer.objects.filter(provider_id=provider_id)
+    total = offers.exclude(accelerator__name="cpu").aggregate(n=Sum("capacity"))["n"] or 0
+    live = Attempt.objects.filter(offer__in=offers, ended_at__isnull=True)
+    held = {int(i) for devices in live.values_list("gpu_devices", flat=True) for i in devices}
+    free = [index for index in range(total) if index not in held]
+    return tuple(free[:count]) if len(free) >= count else None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job goes: the offer (locked) and, on a host whose GPUs placement numbers,
+    the device indices its attempt gets."""
+
+    offer: Offer
+    gpu_devices: tuple[int, ...] = ()
+
+
+def lock_offer_with_capacity(job) -> Placement | None:
+    """The cheapest offer that still has room for `job` once locked (with the GPU devices
+    its attempt gets), or None. Call inside a transaction; the locks hold until it ends, so
+    create the Attempt in the same one."""
     hooks = hooks_for(job)
     reads_host_paths = bool(hooks.host_paths(job))
+    wants_gpus = job.accelerator != "cpu" and job.gpu_count > 0
     for candidate in offers_with_free_capacity(
         accelerator=job.accelerator,
         gpu_count=job.gpu_count,
         max_gpu_price_micros_hr=job.max_price_micros_hr,
         markets=markets_for(job.priority_class),
     ):
-        # A single-tenant provider's row is locked before its offer's (always in that
-        # order), so placements on any of its offers take turns.
+        # A single-tenant provider's row, or one whose GPUs are numbered here, is locked
+        # before its offer's (always in that order), so placements on any of its offers
+        # take turns.
         if hooks.serves and not serves_endpoints(candidate.provider):
             continue  # the control plane could not reach the server
         tenant_bound = single_tenant(candidate.provider)
         if reads_host_paths and not tenant_bound:
             continue  # a path on the host is no one else's business, and no container's
-        if tenant_bound:
+        numbered = wants_gpus and assigns_gpu_devices(candidate.provider)
+        if tenant_bound or numbered:
             Provider.objects.select_for_update(no_key=True).filter(pk=candidate.provider_id).first()
         offer = (
             Offer.objects.select_for_update(of=("self",), no_key=True)
@@ -188,6 +222,9 @@ def lock_offer_with_capacity(job) -> Offer | None:
             offer.attempts.filter(ended_at__isnull=True).aggregate(used=Sum("gpu_count"))["used"]
             or 0
         )
-        if offer.capacity - used - held_for_others(offer, job) >= job.gpu_count:
-            return offer
+        if offer.capacity - used - held_for_others(offer, job) < job.gpu_count:
+            continue
+        devices = free_gpu_devices(offer.provider_id, job.gpu_count) if numbered else ()
+        if devices is not None:
+            return Placement(offer, devices)
     return None

@@ -64,12 +64,22 @@ def allocates_at_launch(provider: Provider) -> bool:
         return True
 
 
+def assigns_gpu_devices(provider: Provider) -> bool:
+    """Whether placement numbers `provider`'s GPUs and gives each GPU attempt its own
+    (Backend.ASSIGNS_GPU_DEVICES); a kind with no backend runs nothing, so it needs none."""
+    try:
+        return backend_class(provider.kind).ASSIGNS_GPU_DEVICES
+    except PermanentBackendError:
+        return False
+
+
 __all__ = [
     "REGISTRY",
     "Backend",
     "BackendError",
     "PermanentBackendError",
     "allocates_at_launch",
+    "assigns_gpu_devices",
     "backend_for",
     "serves_endpoints",
     "single_tenant",

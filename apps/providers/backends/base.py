@@ -89,6 +89,15 @@ def relay_env(config: Mapping[str, Any]) -> dict[str, str]:
     return {protocol.ENV_RELAY_URL: url} if url else {}
 
 
+def gpu_env(devices: Sequence[int]) -> dict[str, str]:
+    """The host runtime's `CUDA_VISIBLE_DEVICES`: only the attempt's own GPUs, "" (none) for
+    an attempt without any. It steers CUDA, it is no wall: a process on the host can still
+    open every /dev/nvidia* it may, which is why several organizations share a host only in
+    containers. Not for a container, which sees its own devices numbered from 0 (nor
+    NVIDIA_VISIBLE_DEVICES, which only the NVIDIA container hook reads)."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(int(index)) for index in devices)}
+
+
 @dataclass(frozen=True)
 class LaunchRequest:
     job_id: str
@@ -101,6 +110,10 @@ class LaunchRequest:
     # The job's max runtime, for a batch system's own time limit (Slurm's --time); None
     # when the job has none.
     max_runtime_hours: float | None = None
+    # The host's GPU indices placement gave this attempt (Attempt.gpu_devices), for a
+    # backend that `ASSIGNS_GPU_DEVICES`: it exposes these and no other. () for a CPU
+    # attempt, and on a provider that assigns GPUs itself (Slurm's gres).
+    gpu_devices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,6 +161,9 @@ class Backend(ABC):
     ALLOCATES_AT_LAUNCH: ClassVar[bool] = True
     # True when `endpoint_url` can reach a workload's server (serve jobs are placed only here).
     SERVES_ENDPOINTS: ClassVar[bool] = False
+    # True when a provider is one host whose GPUs placement numbers 0..N-1 and gives out
+    # per attempt (LaunchRequest.gpu_devices); False where the provider picks them itself.
+    ASSIGNS_GPU_DEVICES: ClassVar[bool] = True
 
     def __init__(self, config: dict[str, Any], credentials: dict[str, str] | None = None) -> None:
         """`config` is the Provider's settings; `credentials` its decrypted write-only

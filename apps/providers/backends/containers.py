@@ -120,7 +120,9 @@ class RunSpec:
     workdir: str  # on the host; mounted at WORKDIR_MOUNT
     runner_dir: str  # the host's `runner` package; mounted read-only
     env: dict[str, str]  # passed by name: the values never enter argv
-    gpu_count: int = 0
+    # The host's GPU indices the attempt was given (LaunchRequest.gpu_devices): the only
+    # GPUs the container gets.
+    gpu_devices: tuple[int, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
     network: str = "isolated"  # see NETWORKS
     # Host directories mounted read-only: {host path: path in the container}.
@@ -186,7 +188,7 @@ class ContainerRuntime:
             argv += ["--label", f"{key}={value}"]
         for name in sorted(spec.env):
             argv += ["--env", name]
-        argv += self.gpu_args(spec.gpu_count)
+        argv += self.gpu_args(spec.gpu_devices)
         argv += [spec.image, "-m", "runner"]
         return argv
 
@@ -202,14 +204,19 @@ class ContainerRuntime:
             "(a workload never shares the host's network)"
         )
 
-    def gpu_args(self, gpu_count: int) -> list[str]:
-        """All of the host's NVIDIA GPUs for a GPU attempt: CDI for podman (the NVIDIA
-        Container Toolkit's `nvidia-ctk cdi generate` makes the spec), `--gpus` for docker."""
-        if gpu_count <= 0:
+    def gpu_args(self, devices: Sequence[int]) -> list[str]:
+        """The attempt's own NVIDIA GPUs, by their host indices, and no other: one CDI
+        device per index for podman (`nvidia.com/gpu=<i>`, from the spec the NVIDIA
+        Container Toolkit's `nvidia-ctk cdi generate` makes), `--gpus "device=<i>,<j>"` for
+        docker (quoted: docker reads the value as CSV). None without devices: a GPU attempt
+        that was given none (one placed before devices were assigned) gets no GPU rather
+        than every GPU. Inside, the container numbers its GPUs from 0."""
+        indices = [str(int(index)) for index in devices]
+        if not indices:
             return []
         if self.binary == "docker":
-            return ["--gpus", "all"]
-        return ["--device", "nvidia.com/gpu=all"]
+            return ["--gpus", f'"device={",".join(indices)}"']
+        return [arg for index in indices for arg in ("--device", f"nvidia.com/gpu={index}")]
 
     def ensure_image(self, image: str, *, pull_timeout_s: float) -> None:
         """The image is in the local store, or pulled now; ImageUnavailable if neither."""

@@ -71,6 +71,7 @@ from apps.providers.backends.base import (
     PermanentBackendError,
     PollOutcome,
     PollResult,
+    gpu_env,
     poll_outcome,
     relay_env,
 )
@@ -200,7 +201,7 @@ class LocalBackend(Backend):
             if existing is not None:
                 return existing
             if self.runtime == "host":
-                handle = self._start_runner(workdir, bootstrap)
+                handle = self._start_runner(workdir, bootstrap, request.gpu_devices)
             else:
                 handle = self._start_container(workdir, request, bootstrap)
             _write_json(workdir / "handle.json", handle)
@@ -251,7 +252,7 @@ class LocalBackend(Backend):
                 protocol.ENV_WORKDIR: WORKDIR_MOUNT,
                 protocol.ENV_SERVICE_PORT: str(SERVICE_PORT),
             },
-            gpu_count=request.gpu_count if request.accelerator != "cpu" else 0,
+            gpu_devices=request.gpu_devices if request.accelerator != "cpu" else (),
             labels={"trainyard.job": request.job_id, "trainyard.attempt": str(request.attempt)},
             network=network,
             read_only={str(control_dir): SOCKET_MOUNT},
@@ -298,7 +299,11 @@ class LocalBackend(Backend):
             time.sleep(0.01)
         return control
 
-    def _start_runner(self, workdir: Path, bootstrap: Bootstrap) -> Handle:
+    def _start_runner(
+        self, workdir: Path, bootstrap: Bootstrap, gpu_devices: tuple[int, ...] = ()
+    ) -> Handle:
+        """A detached runner on this host; CUDA sees only the attempt's `gpu_devices`
+        (base.gpu_env: none for a CPU attempt)."""
         python = self.config.get("python") or sys.executable
         env = {name: os.environ[name] for name in PASSED_THROUGH_ENV if name in os.environ}
         env.update(
@@ -313,6 +318,7 @@ class LocalBackend(Backend):
                 protocol.ENV_JOB_ID: bootstrap.job_id,
                 protocol.ENV_WORKDIR: str(workdir),
                 **relay_env(self.config),
+                **gpu_env(gpu_devices),
             }
         )
         user = self._run_as(python)

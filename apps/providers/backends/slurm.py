@@ -134,6 +134,9 @@ def job_name(job_id: str, attempt: int) -> str:
 class SlurmBackend(Backend):
     kind = "slurm"
     ALLOCATES_AT_LAUNCH = False
+    # Slurm gives each job its node's GPUs itself (`--gres=gpu:<n>`, with CUDA_VISIBLE_DEVICES
+    # set by its gres plugin): placement numbers none, and no LaunchRequest.gpu_devices come.
+    ASSIGNS_GPU_DEVICES = False
 
     def __init__(
         self,
