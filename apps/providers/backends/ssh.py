@@ -58,6 +58,7 @@ from apps.providers.backends.base import (
     PollResult,
     RetryableBackendError,
     failed_poll,
+    gpu_env,
     relay_env,
 )
 from apps.providers.backends.bundle import bundle_name, install_bundle
@@ -193,7 +194,7 @@ class SshBackend(Backend):
         bundle = self.bundle()
         payload = {
             "token": bootstrap.token,
-            "env": self._runner_env(workdir, bootstrap),
+            "env": {**self._runner_env(workdir, bootstrap), **gpu_env(request.gpu_devices)},
             "inherit": list(INHERITED_ENV),
             "python": self.python,
             "bundle": bundle,
