@@ -90,10 +90,7 @@ class Command(BaseCommand):
                 "redis-server`; macOS: `brew install redis`), point REDIS_URL at one, or run "
                 "everything with `docker compose up`."
             )
-        if settings.REDIS_OWN:
-            where = self._start_own(server)
-        else:
-            where = self._start_at(server, url)
+        where = self._start_own(server) if settings.REDIS_OWN else self._start_at(server, url)
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if redis_answers(url):
