@@ -1,5 +1,6 @@
 """The runner as one file: the zipapp runs the runner and its host-side tools, its name
-follows its content, and installing it over a transport sends it once."""
+follows its content, installing it over a transport replaces the file whole, and it never
+runs unless its sha256 is the control plane's."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from io import BytesIO
 
 import pytest
 
-from apps.providers.backends.bundle import bundle_name, install_bundle, runner_bundle
+from apps.providers.backends.bundle import (
+    BUNDLE_MISMATCH,
+    bundle_name,
+    install_bundle,
+    runner_bundle,
+    verified_argv,
+)
 from apps.providers.backends.transport import LocalTransport
 from runner import protocol
 
@@ -58,16 +65,38 @@ def test_the_bundle_runs_the_host_relay(tmp_path):
     assert counts == {"bundles": 0, "relayed": 0, "passed_through": 0}
 
 
-def test_install_sends_the_bundle_once_and_atomically(tmp_path):
+def test_install_replaces_a_tampered_bundle_atomically_in_a_directory_others_cannot_write(
+    tmp_path,
+):
     transport = LocalTransport()
     target = tmp_path / "far" / "side"
     path = install_bundle(transport, str(target))
     assert path == str(target / bundle_name())
     assert (target / bundle_name()).read_bytes() == runner_bundle()
-    before = (target / bundle_name()).stat().st_mtime_ns
+    assert target.stat().st_mode & 0o777 == 0o755
+    assert (target / bundle_name()).stat().st_mode & 0o777 == 0o644
+    (target / bundle_name()).write_bytes(b"print('not the runner')\n")
     assert install_bundle(transport, str(target)) == path
-    assert (target / bundle_name()).stat().st_mtime_ns == before  # not sent again
+    assert (target / bundle_name()).read_bytes() == runner_bundle()
     assert [p.name for p in target.iterdir()] == [bundle_name()]  # no temporary file left
+
+
+def test_a_bundle_runs_only_when_its_sha256_is_the_control_planes(tmp_path):
+    path = tmp_path / bundle_name()
+    path.write_bytes(runner_bundle())
+    ran = tmp_path / "ran"
+    done = subprocess.run(verified_argv(sys.executable, str(path), "hostctl", "capacity"),
+                          capture_output=True)  # fmt: skip
+    assert (done.returncode, json.loads(done.stdout)) == (0, {"gpus": 0})
+    # A workload of the same user wrote over it: what it wrote never runs.
+    path.write_text(f"open({str(ran)!r}, 'w').write('ran')\n")
+    done = subprocess.run(verified_argv(sys.executable, str(path), "hostctl", "capacity"),
+                          capture_output=True)  # fmt: skip
+    assert done.returncode == BUNDLE_MISMATCH
+    assert b"sha256" in done.stderr and not ran.exists()
+    path.unlink()
+    missing = subprocess.run(verified_argv(sys.executable, str(path)), capture_output=True)
+    assert missing.returncode == BUNDLE_MISMATCH
 
 
 def test_install_into_a_place_it_cannot_write_names_it(tmp_path):

@@ -1,7 +1,13 @@
 """The runner as one file: a zipapp of `runner/` (standard library only), built once per
 process from the code this control plane runs, so every remote host runs the runner that
-matches its control plane. Its name carries its digest (`runner-<sha256[:16]>.pyz`): a host
-that has it keeps it, one that lacks it gets it once.
+matches its control plane. Its name carries its digest (`runner-<sha256[:16]>.pyz`).
+
+A file on a far host is never trusted for being there: every use runs it through
+`verified_argv` (`runner.verify`), which hashes it and runs exactly the bytes it hashed, and exits
+BUNDLE_MISMATCH (86) when it is missing or differs (a workload of the same Unix user wrote
+over it, say). The backend then installs it again and retries once (`install_bundle`
+replaces the file atomically). The directory is made 0755: where attempts run as users of
+their own (ssh `isolation: users`), no workload can write to it.
 
 `python3 runner-….pyz` runs the runner (as `python -m runner` does);
 `python3 runner-….pyz TOOL ARGS...` runs one of the host-side tools in TOOLS, which the
@@ -20,7 +26,10 @@ from pathlib import Path
 
 from apps.providers.backends.base import PermanentBackendError
 from apps.providers.backends.transport import Transport
-from runner import protocol
+from runner import protocol, verify
+from runner.verify import BUNDLE_MISMATCH
+
+__all__ = ["BUNDLE_MISMATCH", "bundle_name", "bundle_sha256", "install_bundle", "verified_argv"]
 
 RUNNER_DIR = Path(protocol.__file__).resolve().parent
 # Host-side tools the bundle can run besides the runner: `runner.<name>.main(argv) -> int`.
@@ -51,8 +60,18 @@ def runner_bundle() -> bytes:
     return buffer.getvalue()
 
 
+def bundle_sha256() -> str:
+    return hashlib.sha256(runner_bundle()).hexdigest()
+
+
 def bundle_name() -> str:
-    return f"runner-{hashlib.sha256(runner_bundle()).hexdigest()[:16]}.pyz"
+    return f"runner-{bundle_sha256()[:16]}.pyz"
+
+
+def verified_argv(python: str, path: str, *args: str) -> list[str]:
+    """The argv that runs `python PATH ARGS...` only when PATH is this bundle, byte for byte
+    (else exit BUNDLE_MISMATCH, nothing of the file run): `runner.verify`."""
+    return verify.verified_argv(python, path, bundle_sha256(), *args)
 
 
 def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
@@ -63,14 +82,14 @@ def _add(archive: zipfile.ZipFile, name: str, data: bytes) -> None:
 
 
 def install_bundle(transport: Transport, directory: str) -> str:
-    """Make sure `directory` on the far side holds this bundle; return its path there. Sends
-    the file only when it is missing, and atomically (a half-written bundle never runs)."""
+    """Write this bundle to `directory` on the far side (0755, its file 0644) and return its
+    path there. Atomic: a half-written bundle never runs, and a file that was there (a
+    tampered one) is replaced whole. Callers install once per process and then rely on
+    `verified_argv`, which catches a file changed since."""
     path = posixpath.join(directory, bundle_name())
-    present = transport.run(["test", "-f", path], timeout=30)
-    if present.returncode == 0:
-        return path
     script = (
-        'set -e; mkdir -p "$1"; tmp="$2.$$.tmp"; cat > "$tmp"; chmod 0644 "$tmp"; mv -f "$tmp" "$2"'
+        'set -e; umask 022; mkdir -p "$1"; chmod 0755 "$1"; tmp="$2.$$.tmp"; rm -f "$tmp"; '
+        'cat > "$tmp"; chmod 0644 "$tmp"; mv -f "$tmp" "$2"'
     )
     sent = transport.run(
         ["sh", "-c", script, "sh", directory, path], input=runner_bundle(), timeout=60

@@ -12,20 +12,32 @@ Config keys (the Provider's `config`; never secrets):
 - `pythonpath`: optional PYTHONPATH for workloads (a checkout holding `trainer/`, say).
 - `slots`: the capacity offered when the host has no GPUs (default 1).
 - `accelerator`: the accelerator name offered (default `cpu`).
-- `runtime`: only `host` for now (the workload runs as the SSH user, on the host itself; the
-  job's image is not used). Workloads on one host can see each other, so the provider is
-  single-tenant (one organization at a time) unless config `multi_tenant` is true.
+- `runtime`: only `host` for now (the workload runs on the host itself; the job's image is
+  not used).
+- `isolation`: `none` (default: every attempt runs as the SSH user) or `users`: each attempt
+  runs as a Unix user of its own (`ty-<16 hex>`), which the root helper
+  `runner/attempt_user.py` creates at launch and deletes at release (the operator installs
+  it as `attempt_user_helper`, default DEFAULT_HELPER, and a sudoers line for the SSH user;
+  see docs/adding-a-provider.md). The workload then cannot write the runner bundle, the SSH
+  user's files (`~/.ssh/authorized_keys`) or another attempt's directory.
+- `multi_tenant`: several organizations' attempts on the host at once. Honoured only with
+  `isolation: users`; otherwise the provider is single-tenant (one organization at a time).
 
 Credentials (write-only, `Provider.set_credentials`): `private_key`, an OpenSSH private key
 without a passphrase that the host's `user` accepts.
 
 What runs there: `launch` installs the runner as one zipapp (`bundle.install_bundle`, sent
-once per version) and runs its `hostctl launch` (`runner.hostctl`): under a flock on the
+once per process, and again whenever the file there is not the one sent: every command runs
+it through `bundle.verified_argv`, which checks its sha256 first) and runs its `hostctl
+launch` (`runner.hostctl`): under a flock on the
 attempt's work directory it starts one detached runner (new session, all descriptors
 redirected, so the SSH channel closes at once) or, when one was launched, answers its
 handle. The token goes over the SSH channel's stdin into a 0600 file the runner reads and
-deletes; it is in no argv and no environment. `poll`, `terminate`, `release` and
-`diagnostics` are `hostctl` ops on the attempt's work directory; `poll_many` (the reconcile
+deletes; it is in no argv and no environment. `poll`, `terminate` and `release` are
+`hostctl` ops on the attempt's handle as the control plane stored it (sent on stdin; the far
+host's handle.json is never read back for them); `release` kills what is left and deletes
+the attempt's work directory (and its user), so nothing a workload planted reaches the next
+tenant. `diagnostics` reads the runner's log; `poll_many` (the reconcile
 pass) is one `hostctl poll-many` for every attempt on the host, their work directories on
 the command's stdin, so a pass costs one SSH round trip per host, not one per attempt.
 
@@ -36,7 +48,9 @@ heartbeats over HTTP, and the control plane decides on that).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import posixpath
 import subprocess
 import threading
@@ -61,12 +75,22 @@ from apps.providers.backends.base import (
     gpu_env,
     relay_env,
 )
-from apps.providers.backends.bundle import bundle_name, install_bundle
+from apps.providers.backends.bundle import (
+    BUNDLE_MISMATCH,
+    bundle_name,
+    bundle_sha256,
+    install_bundle,
+    verified_argv,
+)
 from apps.providers.backends.ssh_transport import SshTransport
 from runner import protocol
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_WORK_DIR = "~/.trainyard/work"
 RUNTIMES = ("host",)
+ISOLATIONS = ("none", "users")
+DEFAULT_HELPER = "/usr/local/sbin/trainyard-attempt-user"
 # The far host's own values of these reach the runner (its login's HOME, not ours).
 INHERITED_ENV = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", "TMPDIR")
 NO_PYTHON = 127  # the shell's status when the interpreter is not found
@@ -85,9 +109,10 @@ class SshBackend(Backend):
 
     @classmethod
     def single_tenant(cls, config: dict[str, Any]) -> bool:
-        """True unless the operator opted in with `multi_tenant`: workloads on one host run
-        as one user and can see each other."""
-        return not config.get("multi_tenant", False)
+        """True unless the operator opted in with `multi_tenant` on a host whose attempts
+        run as users of their own (`isolation: users`): attempts of one Unix user can read
+        and rewrite each other's files and the runner that the next tenant runs."""
+        return not (config.get("multi_tenant", False) and config.get("isolation") == "users")
 
     # -- plumbing ------------------------------------------------------------------------
 
@@ -113,6 +138,20 @@ class SshBackend(Backend):
     def python(self) -> str:
         return str(self.config.get("python") or "python3")
 
+    @property
+    def isolation(self) -> str:
+        isolation = str(self.config.get("isolation") or "none")
+        if isolation not in ISOLATIONS:
+            raise PermanentBackendError(
+                f"ssh: config `isolation` is `none` or `users`, not {isolation!r}"
+            )
+        return isolation
+
+    def attempt_user(self, job_id: str, attempt: int) -> str:
+        """The attempt's own Unix user under `isolation: users` (its name from the job's
+        id and the attempt's number, so a launch tried again names the same one)."""
+        return "ty-" + hashlib.sha256(f"{job_id}/{attempt}".encode()).hexdigest()[:16]
+
     def work_root(self) -> str:
         """The far host's work directory, absolute (`~` resolved there, once per process)."""
         configured = str(self.config.get("work_dir") or DEFAULT_WORK_DIR)
@@ -132,12 +171,13 @@ class SshBackend(Backend):
                 _resolved[key] = posixpath.normpath(posixpath.join(home, relative))
         return _resolved[key]
 
-    def bundle(self) -> str:
-        """The runner bundle's path on the far host, installed there when missing."""
+    def bundle(self, *, again: bool = False) -> str:
+        """The runner bundle's path on the far host, installed there once per process, or
+        `again` (the one there failed its sha256 check)."""
         root = self.work_root()
         key = (self.transport.digest, root)
         path = _installed.get(key)
-        if path is None or not path.endswith(bundle_name()):
+        if again or path is None or not path.endswith(bundle_name()):
             path = install_bundle(self.transport, posixpath.join(root, "bin"))
             with _cache_lock:
                 _installed[key] = path
@@ -155,17 +195,23 @@ class SshBackend(Backend):
         timeout: float = 60,
     ) -> dict[str, Any]:
         """Run `hostctl OP ARGS` on the far host and return its JSON answer. A status other
-        than 0 raises `failure` (a bundle that vanished there is sent again, once)."""
+        than 0 raises `failure`. A bundle there that is missing or not ours (its sha256
+        differs: a workload wrote over it) never runs; it is replaced and the op tried once
+        more."""
+        again = False
         for retry in (False, True):
-            bundle = self.bundle()
-            done = self.transport.run(
-                [self.python, bundle, "hostctl", op, *args], input=input, timeout=timeout
-            )
+            bundle = self.bundle(again=again)
+            argv = verified_argv(self.python, bundle, "hostctl", op, *args)
+            done = self.transport.run(argv, input=input, timeout=timeout)
             if done.returncode == 0:
                 break
-            if not retry and b"can't open file" in done.stderr:
-                with _cache_lock:
-                    _installed.pop((self.transport.digest, self.work_root()), None)
+            if not retry and done.returncode == BUNDLE_MISMATCH:
+                logger.warning(
+                    "replacing the runner bundle on %s: %s",
+                    self.transport.describe(),
+                    done.stderr.decode(errors="replace").strip(),
+                )
+                again = True
                 continue
             raise self._failed(op, done, failure)
         try:
@@ -191,18 +237,24 @@ class SshBackend(Backend):
 
     def launch(self, request: LaunchRequest, bootstrap: Bootstrap) -> Handle:
         workdir = self.workdir(request.job_id, request.attempt)
-        bundle = self.bundle()
+        isolated = self.isolation == "users"
+        # An attempt user's runner works in a directory of its own inside the attempt's.
+        runner_dir = posixpath.join(workdir, "run") if isolated else workdir
         payload = {
             "token": bootstrap.token,
-            "env": {**self._runner_env(workdir, bootstrap), **gpu_env(request.gpu_devices)},
+            "env": {**self._runner_env(runner_dir, bootstrap), **gpu_env(request.gpu_devices)},
             "inherit": list(INHERITED_ENV),
             "python": self.python,
-            "bundle": bundle,
+            "bundle": self.bundle(),
+            "sha256": bundle_sha256(),
             "markers": [
                 f"{protocol.ENV_JOB_ID}={bootstrap.job_id}",
                 f"{protocol.ENV_ATTEMPT}={bootstrap.attempt}",
             ],
         }
+        if isolated:
+            payload["user"] = self.attempt_user(request.job_id, request.attempt)
+            payload["helper"] = str(self.config.get("attempt_user_helper") or DEFAULT_HELPER)
         handle = self.hostctl(
             "launch", workdir, input=json.dumps(payload).encode(), failure=PermanentBackendError
         )
@@ -227,7 +279,7 @@ class SshBackend(Backend):
 
     def poll(self, handle: Handle) -> PollResult:
         """Raises RetryableBackendError when the host cannot be asked: never `lost` for that."""
-        answer = self.hostctl("poll", handle["workdir"], timeout=30)
+        answer = self.hostctl("poll", input=json.dumps(handle).encode(), timeout=30)
         return PollResult(
             state=answer["state"],
             exit_code=answer.get("exit_code"),
@@ -235,25 +287,25 @@ class SshBackend(Backend):
         )
 
     def poll_many(self, handles: Sequence[Handle]) -> list[PollOutcome]:
-        """Every handle's poll in one SSH command (`hostctl poll-many`, the work directories
-        on stdin). Raises RetryableBackendError, for all of them, when the host cannot be
+        """Every handle's poll in one SSH command (`hostctl poll-many`, the handles on
+        stdin). Raises RetryableBackendError, for all of them, when the host cannot be
         asked; a handle without a work directory gets its own error."""
         outcomes: list[PollOutcome] = []
-        asked: list[tuple[int, str]] = []
+        asked: list[tuple[int, Handle]] = []
         for index, handle in enumerate(handles):
             workdir = handle.get("workdir") if isinstance(handle, dict) else None
             if isinstance(workdir, str) and workdir:
-                asked.append((index, workdir))
+                asked.append((index, handle))
             outcomes.append(PermanentBackendError(f"ssh: a handle without a workdir: {handle!r}"))
         if asked:
-            request = json.dumps({"workdirs": [workdir for _, workdir in asked]}).encode()
+            request = json.dumps({"handles": [handle for _, handle in asked]}).encode()
             answer = self.hostctl("poll-many", input=request, timeout=POLL_MANY_TIMEOUT_S)
             results = answer.get("results") if isinstance(answer, dict) else None
             if not isinstance(results, list) or len(results) != len(asked):
                 raise PermanentBackendError(
                     f"hostctl poll-many on {self.transport.describe()} answered "
                     f"{len(results) if isinstance(results, list) else 'no'} results for "
-                    f"{len(asked)} work directories"
+                    f"{len(asked)} handles"
                 )
             for (index, _), result in zip(asked, results, strict=True):
                 outcomes[index] = self._outcome(result)
@@ -276,10 +328,12 @@ class SshBackend(Backend):
             return failed_poll(exc)
 
     def terminate(self, handle: Handle, grace_s: float) -> None:
-        self.hostctl("terminate", handle["workdir"], str(grace_s), timeout=30)
+        """SIGTERM now, SIGKILL after `grace_s`, to what the control plane's handle names."""
+        self.hostctl("terminate", str(grace_s), input=json.dumps(handle).encode(), timeout=30)
 
     def release(self, handle: Handle) -> None:
-        self.hostctl("release", handle["workdir"], timeout=30)
+        """Kill what is left of the attempt and delete its work directory (and its user)."""
+        self.hostctl("release", input=json.dumps(handle).encode(), timeout=60)
         ssh_forward.close(self.transport, handle["workdir"])
 
     def endpoint_url(self, handle: Handle, port: int) -> str:
