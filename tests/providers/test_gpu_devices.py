@@ -29,8 +29,12 @@ def _gpus_on_local(config: dict, capacity: int = 2) -> None:
     local = Provider.objects.get(name="local")
     local.config = config
     local.save(update_fields=["config"])
+    _gpu_offer(local, capacity)
+
+
+def _gpu_offer(provider: Provider, capacity: int) -> None:
     Offer.objects.create(
-        provider=local,
+        provider=provider,
         accelerator=Accelerator.objects.get(name=A100),
         gpu_counts=[1],
         capacity=capacity,
@@ -71,6 +75,15 @@ def test_a_host_runner_sees_only_its_own_gpus_and_a_cpu_one_none(settings, tmp_p
 
     assert _run_to_the_end(_job(org, command)) == ["cuda '1'"]
     assert _run_to_the_end(_job(org, command, accelerator="cpu")) == ["cuda ''"]
+
+
+def test_an_ssh_hosts_runner_sees_only_its_own_gpus(settings, ssh_provider, live_server):
+    settings.TRAINYARD_PUBLIC_URL = live_server.url
+    _gpu_offer(ssh_provider, capacity=2)
+    org = OrganizationFactory(compute_enabled=True)
+    assert dispatch.allocate(_job(org, ["sleep", "60"]).pk).gpu_devices == [0]
+
+    assert _run_to_the_end(_job(org, ["/usr/bin/python3", "-c", PRINT_DEVICES])) == ["cuda '1'"]
 
 
 def test_a_container_asks_the_runtime_for_its_own_gpu_only(
