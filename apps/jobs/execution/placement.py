@@ -29,9 +29,11 @@ the lowest that no live attempt on the provider holds, as many as the job's `gpu
 stored on the Attempt (`gpu_devices`) and passed to the backend, which exposes only those.
 The host's GPUs are numbered 0..N-1, N the sum of the capacities of the provider's GPU
 offers (enabled or not): offers on one host share out its GPUs, as slot counting already
-assumes. They are chosen with the provider's row locked (before the offer's, as for
-tenancy), so two placements on two offers of one host cannot pick the same index; an offer
-whose host has too few free indices is passed over like a full one.
+assumes, so an offer with room always finds its indices free. They are chosen with the
+provider's row locked (after the offer's, once it fits, unless tenancy locked it first), so
+two placements on two offers of one host cannot pick the same index. An offer whose host
+has too few free indices anyway (attempts the operator's capacity edits left behind) is
+passed over like a full one.
 """
 
 from __future__ import annotations
@@ -199,16 +201,14 @@ def lock_offer_with_capacity(job) -> Placement | None:
         max_gpu_price_micros_hr=job.max_price_micros_hr,
         markets=markets_for(job.priority_class),
     ):
-        # A single-tenant provider's row, or one whose GPUs are numbered here, is locked
-        # before its offer's (always in that order), so placements on any of its offers
-        # take turns.
+        # A single-tenant provider's row is locked before its offer's (always in that
+        # order), so placements on any of its offers take turns.
         if hooks.serves and not serves_endpoints(candidate.provider):
             continue  # the control plane could not reach the server
         tenant_bound = single_tenant(candidate.provider)
         if reads_host_paths and not tenant_bound:
             continue  # a path on the host is no one else's business, and no container's
-        numbered = wants_gpus and assigns_gpu_devices(candidate.provider)
-        if tenant_bound or numbered:
+        if tenant_bound:
             Provider.objects.select_for_update(no_key=True).filter(pk=candidate.provider_id).first()
         offer = (
             Offer.objects.select_for_update(of=("self",), no_key=True)
@@ -224,7 +224,13 @@ def lock_offer_with_capacity(job) -> Placement | None:
         )
         if offer.capacity - used - held_for_others(offer, job) < job.gpu_count:
             continue
-        devices = free_gpu_devices(offer.provider_id, job.gpu_count) if numbered else ()
+        if not (wants_gpus and assigns_gpu_devices(offer.provider)):
+            return Placement(offer)
+        if not tenant_bound:
+            # Only once the offer fits, so a placement holds no host's lock while it moves
+            # on to another offer (two could then wait on each other's hosts).
+            Provider.objects.select_for_update(no_key=True).filter(pk=offer.provider_id).first()
+        devices = free_gpu_devices(offer.provider_id, job.gpu_count)
         if devices is not None:
             return Placement(offer, devices)
     return None
