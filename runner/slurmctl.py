@@ -18,11 +18,17 @@ Ops:
   [...]}`, `poll`'s answer for each handle in order, from one `squeue` for all of them (the
   reconcile pass: one round trip to the login node per provider, not one per attempt); a
   malformed handle gets `{"error", "retryable"}` in its place.
-- `cancel JOBID GRACE [NAME]`: SIGTERM to every process of the job now (a pending job is
-  cancelled at once), SIGKILL and cancel after GRACE seconds by a detached helper; returns
-  at once.
-- `release JOBID WORKDIR [NAME]`: kill and cancel the job (idempotent), delete a token no
-  runner read.
+- `cancel JOBID GRACE [NAME [USER HELPER]]`: SIGTERM to every process of the job now (a
+  pending job is cancelled at once), SIGKILL and cancel after GRACE seconds by a detached
+  helper; returns at once.
+- `release JOBID WORKDIR [NAME [USER HELPER]]`: kill and cancel the job (idempotent), then
+  delete WORKDIR (nothing a workload planted there reaches a later tenant) and the
+  attempt's user.
+
+USER and HELPER: the job of an attempt user (spec `user`/`helper` at submit): the Slurm
+commands that act on it run as that user through the root helper's `exec`
+(runner/attempt_user.py), which also creates the user at submit and removes it at release.
+The batch job runs the bundle only when its sha256 is the spec's (`runner.verify`).
 
 NAME, the attempt's job name, makes poll, cancel and release act on JOBID only while it is
 that job: a controller that lost its state (a crash before it saved) hands the numbers of
@@ -36,9 +42,11 @@ Standard library only (python3 >= 3.9 on the login node, nothing installed).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -49,13 +57,17 @@ from typing import Any
 from runner.hostctl import (
     HANDLE_FILE,
     LOCK_FILE,
+    RUN_DIR,
     TOKEN_FILE,
+    call_helper,
+    helper_argv,
     locked,
     read_handle,
     recorded_exit,
     write_json,
     write_token,
 )
+from runner.verify import verified_argv
 
 RUNNER_PID_FILE = "runner.pid"
 BATCH_SCRIPT = "batch.sh"
@@ -75,7 +87,12 @@ SUBMIT_KEYS = (
     "time_minutes",
     "gres",  # e.g. "gpu:2"
     "cpus",  # CPUs per task
+    "sha256",  # the bundle's: the batch job runs it only when it matches (runner.verify)
+    "user",  # with `helper`: the attempt's own Unix user (see `submit`)
+    "helper",
 )
+# What Slurm's commands run as an attempt user keep of slurmctl's environment.
+SLURM_ENV = ("SLURM_CONF", "PATH")
 
 # squeue's %T, by what poll answers for it.
 QUEUED = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"}
@@ -164,9 +181,12 @@ def _gone(result: subprocess.CompletedProcess[str]) -> bool:
 # -- files of the work directory ---------------------------------------------------------
 
 
-def batch_script(workdir: Path, python: str, bundle: str, env: dict[str, str]) -> str:
+def batch_script(
+    workdir: Path, python: str, bundle: str, env: dict[str, str], sha256: str | None = None
+) -> str:
     """The batch job: the runner, in an environment of `env`, the token file's path and
-    what `KEPT_FROM_SLURM` keeps of the job's own; never the token."""
+    what `KEPT_FROM_SLURM` keeps of the job's own; never the token. With `sha256`, the
+    bundle runs only when it is that one (a job that finds another exits 86)."""
     assignments = {**env, "TRAINYARD_RUNNER_TOKEN_FILE": str(workdir / TOKEN_FILE)}
     assignments["TRAINYARD_WORKDIR"] = str(workdir)
     lines = [
@@ -179,7 +199,8 @@ def batch_script(workdir: Path, python: str, bundle: str, env: dict[str, str]) -
     # ${NAME+"NAME=$NAME"}: the name only where the job has it.
     lines += [f'  ${{{name}+"{name}=${name}"}} \\' for name in KEPT_FROM_SLURM if name not in env]
     lines += [f"  {shlex.quote(f'{name}={value}')} \\" for name, value in assignments.items()]
-    lines.append(f"  {shlex.quote(python)} {shlex.quote(bundle)}")
+    runner = verified_argv(python, bundle, sha256) if sha256 else [python, bundle]
+    lines.append("  " + " ".join(shlex.quote(part) for part in runner))
     return "\n".join(lines) + "\n"
 
 
@@ -191,38 +212,66 @@ def _jobs_named(name: str) -> list[str]:
     return _checked(argv).split()
 
 
+def as_attempt_user(user: str | None, helper: str | None, argv: Sequence[str]) -> list[str]:
+    """`argv` run as the attempt's user (through the root helper's `exec`, with SLURM_ENV of
+    this environment: sudo resets it), or as is without one."""
+    if not user or not helper:
+        return list(argv)
+    env = [f"{name}={os.environ[name]}" for name in SLURM_ENV if name in os.environ]
+    return [*helper_argv(helper), "exec", user, "/usr/bin/env", "-i", *env, *argv]
+
+
 def submit(workdir: Path, spec: dict[str, Any]) -> dict[str, Any]:
-    """The attempt's handle: its Slurm job, submitted now unless it already has one."""
+    """The attempt's handle: its Slurm job, submitted now unless it already has one.
+
+    With `user` and `helper` (the root helper, runner/attempt_user.py), the job is the
+    attempt user's own: the helper creates the user, WORKDIR/run (token, output, the
+    runner's work directory) becomes its, and sbatch runs as it, so the job (and its
+    workload) runs as that uid. WORKDIR (lock, handle, batch.sh) stays slurmctl's user's."""
     name = str(spec["job_name"])
+    user, helper = spec.get("user"), spec.get("helper")
+    if bool(user) != bool(helper):
+        raise SlurmError("submit: `user` and `helper` go together")
     workdir.mkdir(parents=True, exist_ok=True)
     with locked(workdir / LOCK_FILE):
         existing = read_handle(workdir)
         if existing is not None:
             return existing
         jobs = _jobs_named(name)
-        if jobs:
-            handle = {"job_id": jobs[0], "name": name, "workdir": str(workdir)}
-        else:
-            handle = {"job_id": _sbatch(workdir, name, spec), "name": name, "workdir": str(workdir)}
+        job_id = jobs[0] if jobs else _sbatch(workdir, name, spec)
+        handle = {"job_id": job_id, "name": name, "workdir": str(workdir)}
+        if user:
+            handle.update(user=user, helper=helper, run=str(workdir / RUN_DIR))
         write_json(workdir / HANDLE_FILE, handle)
         return handle
 
 
 def _sbatch(workdir: Path, name: str, spec: dict[str, Any]) -> str:
-    token_file = write_token(workdir, str(spec["token"]))
+    user, helper = spec.get("user"), spec.get("helper")
+    run = workdir / RUN_DIR if user else workdir
+    run.mkdir(exist_ok=True, mode=0o700)
+    token_file = write_token(run, str(spec["token"]))
     script = workdir / BATCH_SCRIPT
     env = {str(key): str(value) for key, value in (spec.get("env") or {}).items()}
-    text = batch_script(workdir, str(spec.get("python") or "python3"), str(spec["bundle"]), env)
-    script.write_text(text)
-    script.chmod(0o700)
+    python, bundle = str(spec.get("python") or "python3"), str(spec["bundle"])
+    script.write_text(batch_script(run, python, bundle, env, spec.get("sha256")))
+    script.chmod(0o755 if user else 0o700)  # no secret in it; the attempt user submits it
+    if user:
+        workdir.chmod(0o711)  # the attempt user passes through; only `run` is its own
+        try:
+            call_helper(str(helper), "add", str(user))
+            call_helper(str(helper), "own", str(user), str(run))
+        except OSError as exc:
+            token_file.unlink(missing_ok=True)
+            raise SlurmError(f"the attempt's user: {exc}") from exc
     argv = [
         "sbatch",
         "--parsable",
         "--no-requeue",
         f"--job-name={name}",
         "--export=NONE",
-        f"--output={workdir / OUTPUT_PATTERN}",
-        f"--chdir={workdir}",
+        f"--output={run / OUTPUT_PATTERN}",
+        f"--chdir={run}",
     ]
     for key, option in (("partition", "--partition"), ("account", "--account")):
         if spec.get(key):
@@ -235,7 +284,7 @@ def _sbatch(workdir: Path, name: str, spec: dict[str, Any]) -> str:
         argv.append(f"--cpus-per-task={int(spec['cpus'])}")
     argv.append(str(script))
     try:
-        output = _checked(argv)
+        output = _checked(as_attempt_user(user, helper, argv))
     except SlurmError as exc:
         # A refusal submitted nothing: no runner will read the token. After a time-out the
         # job may exist all the same, and the launch that is tried again adopts it (by its
@@ -314,7 +363,8 @@ def poll_many(handles: Sequence[Any]) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     for handle in handles:
         try:
-            job_id, workdir = str(handle["job_id"]), Path(str(handle["workdir"]))
+            job_id = str(handle["job_id"])
+            workdir = Path(str(handle.get("run") or handle["workdir"]))
             name = handle.get("name") or None
             results.append(_state_of(workdir, job_id, name, records.get(job_id)))
         except (KeyError, TypeError, ValueError, OSError) as exc:
@@ -356,24 +406,31 @@ def _state_of(
     return {"state": "exited", "exit_code": code, "detail": f"Slurm job {state}"}
 
 
-def _scancel(job_id: str, name: str | None, *options: str) -> None:
+def _scancel(job_id: str, name: str | None, *options: str, owner: Sequence[str] = ()) -> None:
     """scancel the job, only while it is the one named `name` (when given); errors (a job
-    that already ended, or is unknown) are no-ops."""
-    _slurm(["scancel", *options, *([f"--name={name}"] if name else []), job_id])
+    that already ended, or is unknown) are no-ops. `owner`: (user, helper) of an attempt
+    user's job, which scancel then runs as (only root or the job's user may cancel it)."""
+    argv = ["scancel", *options, *([f"--name={name}"] if name else []), job_id]
+    _slurm(as_attempt_user(*(owner or (None, None)), argv))
 
 
-def cancel(job_id: str, grace_s: float, name: str | None = None) -> dict[str, Any]:
+def cancel(
+    job_id: str, grace_s: float, name: str | None = None, owner: Sequence[str] = ()
+) -> dict[str, Any]:
     """SIGTERM to the job's processes (a pending job is cancelled outright); after the
     grace period a detached helper SIGKILLs what is left and cancels the job."""
-    _scancel(job_id, name, "--state=PENDING")
-    _scancel(job_id, name, "--signal=TERM", "--full")
+    _scancel(job_id, name, "--state=PENDING", owner=owner)
+    _scancel(job_id, name, "--signal=TERM", "--full", owner=owner)
     # SIGKILL to the batch step ends the job at once (FAILED; slurmstepd kills what is left
     # of the step); a plain scancel, or SIGKILL with --full, is a cancel that waits out
     # KillWait first.
     target = " ".join(shlex.quote(part) for part in ([f"--name={name}"] if name else []) + [job_id])
+    scancel = " ".join(
+        shlex.quote(part) for part in as_attempt_user(*(owner or (None, None)), ["scancel"])
+    )
     later = (
         f"sleep {max(0.0, float(grace_s)):g}; "
-        f"scancel --signal=KILL --batch {target} 2>/dev/null; scancel {target} 2>/dev/null"
+        f"{scancel} --signal=KILL --batch {target} 2>/dev/null; {scancel} {target} 2>/dev/null"
     )
     subprocess.Popen(
         ["sh", "-c", later],
@@ -386,12 +443,24 @@ def cancel(job_id: str, grace_s: float, name: str | None = None) -> dict[str, An
     return {"cancelled": job_id}
 
 
-def release(job_id: str, workdir: Path, name: str | None = None) -> dict[str, Any]:
+def release(
+    job_id: str, workdir: Path, name: str | None = None, owner: Sequence[str] = ()
+) -> dict[str, Any]:
     """Nothing of the attempt outlives it: its processes are SIGKILLed, the job cancelled
-    (both no-ops on an ended job), and a token no runner read is deleted."""
-    _scancel(job_id, name, "--signal=KILL", "--batch")
-    _scancel(job_id, name)
-    (workdir / TOKEN_FILE).unlink(missing_ok=True)
+    (both no-ops on an ended job), an attempt user's every process here killed and the
+    user deleted (the root helper's `remove`), and the attempt's work directory deleted:
+    nothing its workload planted there reaches a later tenant."""
+    _scancel(job_id, name, "--signal=KILL", "--batch", owner=owner)
+    _scancel(job_id, name, owner=owner)
+    if owner:
+        user, helper = owner
+        try:
+            call_helper(helper, "remove", user, str(workdir / RUN_DIR))
+        except OSError as exc:
+            raise SlurmError(f"release: the attempt's user: {exc}", True) from exc
+    shutil.rmtree(workdir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        workdir.parent.rmdir()  # the job's directory, once its last attempt is gone
     return {"released": job_id}
 
 
@@ -406,7 +475,8 @@ def _tail(path: Path, count: int) -> list[str]:
 def diagnostics(workdir: Path) -> dict[str, Any]:
     """The last lines of the job's output file(s) and of the runner's log."""
     lines: list[str] = []
-    for path in [*sorted(workdir.glob("slurm-*.out")), workdir / "runner.log"]:
+    outputs = [*sorted(workdir.glob("slurm-*.out")), *sorted(workdir.glob("run/slurm-*.out"))]
+    for path in [*outputs, workdir / "runner.log", workdir / RUN_DIR / "runner.log"]:
         tail = _tail(path, DIAGNOSTIC_LINES)
         if tail:
             lines.append(f"--- {path.name}")
@@ -453,7 +523,8 @@ def sinfo() -> dict[str, Any]:
 USAGE = (
     "usage: slurmctl submit WORKDIR < spec.json | poll WORKDIR JOBID [NAME] | "
     "poll-many < handles.json | "
-    "cancel JOBID GRACE [NAME] | release JOBID WORKDIR [NAME] | diagnostics WORKDIR | sinfo"
+    "cancel JOBID GRACE [NAME [USER HELPER]] | release JOBID WORKDIR [NAME [USER HELPER]] | "
+    "diagnostics WORKDIR | sinfo"
 )
 
 
@@ -470,13 +541,14 @@ def _dispatch(argv: Sequence[str]) -> dict[str, Any]:
         if not isinstance(handles, list):
             raise SlurmError('poll-many reads {"handles": [...]} on stdin')
         return {"results": poll_many(handles)}
-    name = args[2] if len(args) == 3 else None  # the job's name, optional
+    name = args[2] if len(args) >= 3 else None  # the job's name, optional
+    owner = args[3:5] if len(args) == 5 else []  # an attempt user's job: (user, helper)
     if op == "poll" and len(args) in (2, 3):
         return poll(Path(args[0]), args[1], name)
-    if op == "cancel" and len(args) in (2, 3):
-        return cancel(args[0], float(args[1]), name)
-    if op == "release" and len(args) in (2, 3):
-        return release(args[0], Path(args[1]), name)
+    if op == "cancel" and len(args) in (2, 3, 5):
+        return cancel(args[0], float(args[1]), name, owner)
+    if op == "release" and len(args) in (2, 3, 5):
+        return release(args[0], Path(args[1]), name, owner)
     if op == "diagnostics" and len(args) == 1:
         return diagnostics(Path(args[0]))
     if op == "sinfo" and not args:

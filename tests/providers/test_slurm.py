@@ -240,11 +240,13 @@ def test_the_runner_token_is_in_no_script_argv_environment_job_record_or_output(
         }
         assert "TRAINYARD_RUNNER_TOKEN_FILE" in seen["batch.sh"]
         assert str(workdir) in seen["scontrol"]
+        wait_until(lambda: list(workdir.glob("slurm-*.out")), 30, what="the job's output file")
+        seen.update({path.name: path.read_text() for path in workdir.glob("slurm-*.out")})
     finally:
         backend.release(handle)
     wait_until(lambda: slurm_cluster.job_state(job_id) != "RUNNING", 10, what="the job to end")
-    seen.update({path.name: path.read_text() for path in workdir.glob("slurm-*.out")})
     assert any(name.startswith("slurm-") for name in seen)
+    assert not workdir.exists()  # release deleted the attempt's directory
     for where, text in seen.items():
         assert token not in text, f"the token is in {where}"
 
@@ -271,9 +273,10 @@ def test_check_names_the_partition_or_what_is_wrong(slurm_provider, slurm_cluste
     assert [(offer.accelerator, offer.capacity) for offer in offers] == [("cpu", 2)]
 
 
-def test_a_slurm_provider_is_single_tenant_unless_configured_otherwise():
+def test_a_slurm_provider_is_single_tenant_unless_its_attempts_have_users_of_their_own():
     assert SlurmBackend.single_tenant({})
-    assert not SlurmBackend.single_tenant({"multi_tenant": True})
+    assert SlurmBackend.single_tenant({"multi_tenant": True})  # one Unix user for all
+    assert not SlurmBackend.single_tenant({"multi_tenant": True, "isolation": "users"})
     assert SlurmBackend.ALLOCATES_AT_LAUNCH is False
 
 

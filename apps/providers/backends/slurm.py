@@ -24,8 +24,16 @@ Config keys (the Provider's `config`):
 - `cpus`: CPUs per attempt (`--cpus-per-task`), optional.
 - `slurm_conf`: the SLURM_CONF the Slurm commands use, optional (default: the environment's,
   else Slurm's own default).
-- `multi_tenant`: every job runs as the same Unix user, so workloads of different
-  organizations could see each other: the provider is single-tenant unless this is true.
+- `isolation`: `none` (default: every job runs as slurmctl's user) or `users`: each attempt's
+  job runs as a Unix user of its own, created at submit and removed at release by the root
+  helper `runner/attempt_user.py` (config `attempt_user_helper`, default
+  /usr/local/sbin/trainyard-attempt-user; see docs/adding-a-provider.md). The user must
+  exist on the compute node too: as the helper creates it locally, that holds where the
+  login node is the compute node (one-node clusters); a bigger cluster needs the helper's
+  `add` to reach its user directory (not shipped).
+- `multi_tenant`: several organizations' jobs at once. Honoured only with `isolation:
+  users`: jobs of one Unix user can read and rewrite each other's files and the runner
+  bundle; otherwise the provider is single-tenant.
 - `login`: an SSH login node, `{"host", "port", "user", "host_key"}` (the host key pinned as
   for an SSH provider; the private key is the provider's write-only credential
   `private_key`). Without it, the Slurm commands run on this host, which must then be a
@@ -35,6 +43,12 @@ The reconcile pass polls every live attempt of a provider at once (`poll_many`):
 `slurmctl poll-many` on the login node, which asks one `squeue` about all their jobs (then
 reads each one's exit record), so a pass costs one round trip per provider, not one per
 attempt.
+
+The bundle in `<work_dir>/.trainyard/` is never trusted for being there: slurmctl runs
+through `bundle.verified_argv` (sha256 first; a file that differs is installed again and the
+op tried once more), and the batch job runs it the same way. `release` deletes the attempt's
+work directory. `poll`, `terminate` and `release` take everything from the handle the
+control plane stored (the far side's handle.json only makes a second submit a no-op).
 
 Billing starts when the job runs (`ALLOCATES_AT_LAUNCH = False`): until then `poll` answers
 `queued` with Slurm's reason (Priority, Resources, ...). A preempted job (or one whose node
@@ -46,7 +60,9 @@ and reason) comes first.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import math
 import posixpath
 import threading
@@ -67,12 +83,22 @@ from apps.providers.backends.base import (
     RetryableBackendError,
     relay_env,
 )
-from apps.providers.backends.bundle import bundle_name, install_bundle
+from apps.providers.backends.bundle import (
+    BUNDLE_MISMATCH,
+    bundle_name,
+    bundle_sha256,
+    install_bundle,
+    verified_argv,
+)
 from apps.providers.backends.ssh_transport import SshTransport
 from apps.providers.backends.transport import LocalTransport, Transport
 from runner import protocol
 
+logger = logging.getLogger(__name__)
+
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+ISOLATIONS = ("none", "users")
+DEFAULT_HELPER = "/usr/local/sbin/trainyard-attempt-user"
 BUNDLE_DIR = ".trainyard"
 TIME_LIMIT_MARGIN_MIN = 5
 CTL_TIMEOUT_S = 90.0
@@ -149,8 +175,9 @@ class SlurmBackend(Backend):
 
     @classmethod
     def single_tenant(cls, config: dict[str, Any]) -> bool:
-        """Every job runs as the same Unix user: True unless config `multi_tenant`."""
-        return not config.get("multi_tenant", False)
+        """True unless config `multi_tenant` on a cluster whose attempts run as users of
+        their own (`isolation: users`)."""
+        return not (config.get("multi_tenant", False) and config.get("isolation") == "users")
 
     # -- where and how commands run ------------------------------------------------------
 
@@ -182,14 +209,23 @@ class SlurmBackend(Backend):
     def python(self) -> str:
         return self.config.get("python") or "python3"
 
+    @property
+    def isolation(self) -> str:
+        isolation = str(self.config.get("isolation") or "none")
+        if isolation not in ISOLATIONS:
+            raise PermanentBackendError(
+                f"slurm: config `isolation` is `none` or `users`, not {isolation!r}"
+            )
+        return isolation
+
     def workdir(self, job_id: str, attempt: int) -> str:
         return posixpath.join(self.work_dir, job_id, f"attempt-{attempt}")
 
-    def _bundle(self) -> str:
+    def _bundle(self, *, again: bool = False) -> str:
         directory = posixpath.join(self.work_dir, BUNDLE_DIR)
         key = (self.transport.describe(), directory, bundle_name())
         with _installed_lock:
-            if key in _installed:
+            if key in _installed and not again:
                 return posixpath.join(directory, key[2])
         path = install_bundle(self.transport, directory)
         with _installed_lock:
@@ -200,19 +236,26 @@ class SlurmBackend(Backend):
         """Run `slurmctl ARGS` on the login node; its JSON answer. Raises
         RetryableBackendError when Slurm did not answer, PermanentBackendError otherwise."""
         prefix = ["env", f"SLURM_CONF={self.config['slurm_conf']}"]
-        argv = [*(prefix if self.config.get("slurm_conf") else []), self.python]
-        argv += [self._bundle(), "slurmctl", *args]
         data = json.dumps(input).encode() if input is not None else None
-        result = self.transport.run(argv, input=data, timeout=CTL_TIMEOUT_S)
+        for again in (False, True):
+            argv = [*(prefix if self.config.get("slurm_conf") else [])]
+            argv += verified_argv(self.python, self._bundle(again=again), "slurmctl", *args)
+            result = self.transport.run(argv, input=data, timeout=CTL_TIMEOUT_S)
+            if again or result.returncode != BUNDLE_MISMATCH:
+                break
+            logger.warning(
+                "replacing the runner bundle on %s: %s",
+                self.transport.describe(),
+                result.stderr.decode(errors="replace").strip(),
+            )
         try:
             answer = json.loads(result.stdout.decode(errors="replace").strip().splitlines()[-1])
         except (ValueError, IndexError):
             answer = None
         if not isinstance(answer, dict):
             error = result.stderr.decode(errors="replace").strip()[-500:]
-            if "can't open file" in error:
-                _installed.clear()  # the bundle went away: install it again next time
-                raise RetryableBackendError(f"slurm: the runner bundle is missing: {error}")
+            if result.returncode == BUNDLE_MISMATCH:
+                raise RetryableBackendError(f"slurm: the runner bundle: {error}")
             raise PermanentBackendError(
                 f"slurm: slurmctl {args[0]} failed on {self.transport.describe()} "
                 f"(exit status {result.returncode}): {error}"
@@ -244,18 +287,25 @@ class SlurmBackend(Backend):
             env["PYTHONPATH"] = self.config["pythonpath"]
         return env
 
+    def attempt_user(self, job_id: str, attempt: int) -> str:
+        """The attempt's own Unix user under `isolation: users` (as the SSH provider's)."""
+        return "ty-" + hashlib.sha256(f"{job_id}/{attempt}".encode()).hexdigest()[:16]
+
     def launch(self, request: LaunchRequest, bootstrap: Bootstrap) -> Handle:
         """Submit the attempt's batch job, or return the one it already has."""
         workdir = self.workdir(request.job_id, request.attempt)
+        isolated = self.isolation == "users"
+        runner_dir = posixpath.join(workdir, "run") if isolated else workdir
         time_minutes = None
         if request.max_runtime_hours:
             time_minutes = math.ceil(request.max_runtime_hours * 60) + TIME_LIMIT_MARGIN_MIN
         gpu = request.accelerator != "cpu" and request.gpu_count > 0
         spec = {
             "token": bootstrap.token,
-            "env": self._runner_env(request, bootstrap, workdir),
+            "env": self._runner_env(request, bootstrap, runner_dir),
             "python": self.python,
             "bundle": self._bundle(),
+            "sha256": bundle_sha256(),
             "job_name": job_name(request.job_id, request.attempt),
             "partition": self.config.get("partition"),
             "account": self.config.get("account"),
@@ -263,11 +313,25 @@ class SlurmBackend(Backend):
             "gres": f"gpu:{request.gpu_count}" if gpu else None,
             "cpus": self.config.get("cpus"),
         }
+        if isolated:
+            spec["user"] = self.attempt_user(request.job_id, request.attempt)
+            spec["helper"] = str(self.config.get("attempt_user_helper") or DEFAULT_HELPER)
+            spec["env"].update(HOME=runner_dir, USER=spec["user"], LOGNAME=spec["user"])
         answer = self._ctl("submit", workdir, input=spec)
-        return {"job_id": str(answer["job_id"]), "name": answer["name"], "workdir": workdir}
+        handle = {"job_id": str(answer["job_id"]), "name": answer["name"], "workdir": workdir}
+        for key in ("user", "helper", "run"):
+            if answer.get(key):
+                handle[key] = str(answer[key])
+        return handle
+
+    @staticmethod
+    def _owner(handle: Handle) -> list[str]:
+        """slurmctl's trailing USER HELPER for an attempt user's job; none otherwise."""
+        return [str(handle["user"]), str(handle["helper"])] if handle.get("user") else []
 
     def poll(self, handle: Handle) -> PollResult:
-        answer = self._ctl("poll", handle["workdir"], str(handle["job_id"]), handle["name"])
+        where = handle.get("run") or handle["workdir"]
+        answer = self._ctl("poll", where, str(handle["job_id"]), handle["name"])
         return _poll_result(answer)
 
     def poll_many(self, handles: Sequence[Handle]) -> list[PollOutcome]:
@@ -284,6 +348,8 @@ class SlurmBackend(Backend):
                     "job_id": str(handle["job_id"]),
                     "name": str(handle.get("name") or ""),
                 }
+                if handle.get("run"):
+                    item["run"] = str(handle["run"])
             except (KeyError, TypeError, AttributeError):
                 outcomes.append(PermanentBackendError(f"slurm: a malformed handle {handle!r}"))
                 continue
@@ -304,12 +370,14 @@ class SlurmBackend(Backend):
     def terminate(self, handle: Handle, grace_s: float) -> None:
         """SIGTERM to the job's processes now; SIGKILL and scancel after `grace_s`, by a
         detached helper on the login node. Returns at once."""
-        self._ctl("cancel", str(handle["job_id"]), f"{max(0.0, grace_s):g}", handle["name"])
+        grace = f"{max(0.0, grace_s):g}"
+        self._ctl("cancel", str(handle["job_id"]), grace, handle["name"], *self._owner(handle))
 
     def release(self, handle: Handle) -> None:
-        """The job is killed and cancelled (a no-op once it ended); its work directory
-        stays for inspection."""
-        self._ctl("release", str(handle["job_id"]), handle["workdir"], handle["name"])
+        """The job is killed and cancelled (a no-op once it ended); its work directory is
+        deleted (its diagnostics were read before), and an attempt user with it."""
+        owner = self._owner(handle)
+        self._ctl("release", str(handle["job_id"]), handle["workdir"], handle["name"], *owner)
 
     def diagnostics(self, handle: Handle) -> list[str]:
         try:
