@@ -12,7 +12,7 @@ RUN_ENV := DEBUG=$${DEBUG:-1} LOCAL_HOST_RUNTIME_DEV_ONLY=$${LOCAL_HOST_RUNTIME_
 # `make test` runs against PostgreSQL and Redis on this machine unless told otherwise.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/trainyard
 
-.PHONY: run test install install-dev lint format migrate seed bench clean
+.PHONY: run test test-fast install install-dev lint format migrate seed bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -51,9 +51,18 @@ format: install-dev
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Every test, on TEST_WORKERS pytest-xdist workers (3 on two cores: most of the suite waits
+# on processes). Tests that share a daemon, a port or a module fixture stay together on one
+# worker, the longest groups first (tests/parallel.py).
+XDIST := -n $${TEST_WORKERS:-3} --dist loadgroup --no-loadscope-reorder
+
 test: lint
 	DATABASE_POOL=0 DATABASE_URL=sqlite://:memory: $(PY) manage.py makemigrations --check --dry-run --settings config.test_settings
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(PYTEST_ARGS)
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
+
+# For a local loop, not CI: no live stack, no real daemons, no torch.
+test-fast: install-dev
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(XDIST) -m "not live and not torch" $(PYTEST_ARGS)
 
 bench: install-dev
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) bench/run.py

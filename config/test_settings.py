@@ -2,6 +2,45 @@
 from the environment (PostgreSQL and Redis on this machine) and a fast password hasher."""
 
 import os
+from pathlib import Path
+
+# Under pytest-xdist each worker (gw0, gw1, ...) gets a Redis database and a var directory of
+# its own (pytest-django gives it its own test database), so workers never flush, purge or
+# overwrite each other's state. Child processes (the live stack, runners) inherit them.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+# A serial run keeps db 15; workers take others, so a parallel run never meets a serial one.
+# 14 is test_make_run's and a bench's, 13, 9 and 7 the other benches', 0 `make run`'s.
+SERIAL_REDIS_DB = 15
+WORKER_REDIS_DBS = (12, 11, 10, 8, 6, 5, 4, 3, 2, 1)
+
+
+def worker_redis_url(worker: str) -> str:
+    """The Redis database of xdist worker `worker` (gw0, gw1, ...), or of a serial run ("")."""
+    if not worker:
+        return f"redis://127.0.0.1:6379/{SERIAL_REDIS_DB}"
+    index = int(worker.removeprefix("gw"))
+    if index >= len(WORKER_REDIS_DBS):
+        raise RuntimeError(
+            f"at most {len(WORKER_REDIS_DBS)} test workers (-n): no Redis db for {worker}"
+        )
+    return f"redis://127.0.0.1:6379/{WORKER_REDIS_DBS[index]}"
+
+
+def worker_var_dir(worker: str) -> str:
+    return str(Path(__file__).resolve().parents[1] / "var" / f"test-{worker or 'main'}")
+
+
+# Only what this module filled in is replaced per worker: xdist's workers inherit the
+# environment of the controller, which loaded these settings first.
+FILLED = {name for name in os.environ.get("TRAINYARD_TEST_FILLED", "").split(",") if name}
+for name, value in (
+    ("REDIS_URL", worker_redis_url(WORKER)),
+    ("TRAINYARD_VAR_DIR", worker_var_dir(WORKER)),
+):
+    if name not in os.environ or name in FILLED:
+        os.environ[name] = value
+        FILLED.add(name)
+os.environ["TRAINYARD_TEST_FILLED"] = ",".join(sorted(FILLED))
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/trainyard")
 os.environ.setdefault("SECRET_KEY", "test-only-secret-key-not-for-production-use-0123456789")
@@ -10,7 +49,6 @@ os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
 # No pool in the test process: pooled connections would keep the test database from being
 # dropped at the end. The live stack's processes run with the pool, as production does.
 os.environ.setdefault("DATABASE_POOL", "0")
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/15")  # apart from `make run` (db 0)
 # The suite's jobs run on the host runtime (the trainer needs the project's environment);
 # the container tests configure podman on their own provider.
 os.environ.setdefault("LOCAL_RUNTIME", "host")
@@ -20,10 +58,14 @@ os.environ.setdefault("LOCAL_HOST_RUNTIME_DEV_ONLY", "1")
 os.environ.setdefault("CONTAINER_GLOBAL_ARGS", "--runtime runc --cgroup-manager=cgroupfs")
 os.environ.setdefault("CONTAINER_RUN_ARGS", "--ulimit nofile=1024:4096 --ulimit nproc=1000:1000")
 
-from config.settings import *  # noqa: F403
+from config.settings import *  # noqa: E402, F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 STORAGES["staticfiles"] = {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}  # noqa: F405
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405  (WhiteNoise warns when missing)
 # Static files straight from the source folders: the live stack in tests runs no collectstatic.
 WHITENOISE_USE_FINDERS = True
+# Tests need no durability: a commit that does not wait for the WAL flush saves a few
+# milliseconds on every transactional test and every runner batch the live stack writes.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+    DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c synchronous_commit=off"  # noqa: F405

@@ -7,6 +7,7 @@ import logging
 import os
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -23,6 +24,8 @@ from apps.catalog.models import Accelerator, Offer
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import TERMINAL_STATES
 from apps.providers.models import Provider
+from tests import parallel
+from tests.artefacts import cached
 from tests.containers import ensure_test_image
 from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
 from tests.integration.stack import Stack
@@ -33,12 +36,29 @@ from tests.providers.slurm_cluster import slurm_cluster, slurm_provider  # noqa:
 from tests.providers.ssh_fixtures import ssh_provider, ssh_state, sshd  # noqa: F401
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items):
-    """Browser tests run last. While Playwright's sync API runs its event loop in the test
-    thread, Django hands out connections of another context, so the flush after those tests
-    is not the serialized-rollback flush the tests after them would expect."""
-    items.sort(key=lambda item: item.nodeid.startswith("tests/browser/"))
+def pytest_configure(config):
+    config.pluginmanager.register(parallel.TimingRecorder(config), "trainyard-test-times")
+    config.pluginmanager.register(parallel.Order(), "trainyard-test-order")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Groups for pytest-xdist, from the fixtures each test uses (tests/parallel.py); before
+    xdist's own hook turns the marks into work units."""
+    parallel.assign_groups(items)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _worker_resources(request, django_db_modify_db_settings):
+    """What this worker holds, recorded for the guard test (tests/test_parallel.py)."""
+    from django.db import connection
+
+    parallel.register(
+        request.config,
+        redis_url=settings.REDIS_URL,
+        test_database=connection.creation._get_test_db_name(),
+        var_dir=str(settings.VAR_DIR),
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -131,7 +151,7 @@ def _test_database_url() -> str:
 
 
 @pytest.fixture(scope="session")
-def stack(django_db_setup, django_db_blocker, tmp_path_factory):
+def stack(request, django_db_setup, django_db_blocker, tmp_path_factory):
     with django_db_blocker.unblock():
         database_url = _test_database_url()
     running = Stack(
@@ -139,6 +159,8 @@ def stack(django_db_setup, django_db_blocker, tmp_path_factory):
         redis_url=settings.REDIS_URL,
         workdir=tmp_path_factory.mktemp("stack"),
     )
+    request.config.stash[parallel.STACK_KEY] = running
+    parallel.register(request.config, port=running.port)
     try:
         running.start()
         yield running
@@ -168,19 +190,29 @@ def live_stack(stack):
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory):
-    """A tiny Llama with a tokenizer trained here (no hub), built once per session."""
-    from trainer.tiny import build_tiny_model
+def tiny_model() -> Path:
+    """A tiny Llama with a tokenizer trained here (no hub), built once per machine and source
+    digest (`tests.artefacts`), shared by every worker."""
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    def build(root: Path) -> str:
+        from trainer.tiny import build_tiny_model
+
+        return str(build_tiny_model(root / "model"))
+
+    return Path(cached("tiny-model", ("trainer",), build))
 
 
 @pytest.fixture(scope="session")
-def demo_data(tmp_path_factory):
+def demo_data() -> dict[str, Path]:
     """The learnable toy dataset in each of the six formats."""
-    from trainer.demo_data import write_demo_datasets
 
-    return write_demo_datasets(tmp_path_factory.mktemp("data"))
+    def build(root: Path) -> dict[str, str]:
+        from trainer.demo_data import write_demo_datasets
+
+        return {name: str(path) for name, path in write_demo_datasets(root).items()}
+
+    built = cached("demo-data", ("trainer",), build)
+    return {name: Path(path) for name, path in built.items()}
 
 
 @pytest.fixture
@@ -344,9 +376,16 @@ def hold(org):
 
 @pytest.fixture(scope="session")
 def podman_image(tmp_path_factory) -> str:
-    """The test image in podman's store (built offline once per machine)."""
+    """The test image in podman's store (built offline once per machine; a file lock keeps two
+    workers from both building it)."""
+    from filelock import FileLock
+
+    from tests.artefacts import CACHE
+
+    CACHE.mkdir(parents=True, exist_ok=True)
     try:
-        return ensure_test_image(tmp_path_factory.mktemp("image"))
+        with FileLock(CACHE / "podman-image.lock", timeout=900):
+            return ensure_test_image(tmp_path_factory.mktemp("image"))
     except RuntimeError as exc:
         pytest.fail(str(exc))
 
@@ -360,13 +399,25 @@ def shared_host(db):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_throttles():
-    """Throttle counters live in Redis, beyond any one test's database: start each test
-    with none, so one test's failed sign-ins never lock out another's users."""
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    keys = [*client.scan_iter("trainyard:signin:*"), *client.scan_iter("trainyard:throttle:*")]
-    if keys:
-        client.delete(*keys)
+def _fresh_throttles(request, monkeypatch):
+    """Throttle counters live in Redis, beyond any one test's database: each test starts
+    with none, so one test's failed sign-ins never lock out another's users. In-process
+    tests count under a key prefix of their own (no Redis round trip at all); tests whose
+    live stack's processes count under the real prefixes clear those."""
+    from apps.accounts import throttle
+
+    if {"stack", "live_stack"} & set(request.fixturenames):
+        client = redis.Redis.from_url(settings.REDIS_URL)
+        keys = [
+            *client.scan_iter(f"{throttle.SIGN_IN_PREFIX}*", count=1000),
+            *client.scan_iter("trainyard:throttle:*", count=1000),
+        ]
+        if keys:
+            client.delete(*keys)
+        return
+    test = uuid.uuid4().hex[:12]
+    monkeypatch.setattr(throttle, "SIGN_IN_PREFIX", f"trainyard:test-{test}:signin:")
+    monkeypatch.setattr(throttle, "API_PREFIX", f"trainyard:test-{test}:throttle:key:")
 
 
 @pytest.fixture(autouse=True)
@@ -391,9 +442,15 @@ def _ledger_balances(request):
 
 
 @pytest.fixture(scope="session")
-def tiny_adapters(tmp_path_factory, tiny_model, demo_data):
-    """Two LoRA adapters of the tiny model and a checkpoint, trained once per session by the
-    real trainer (`tests.adapters`): `{"a", "b", "a_checkpoint"}` to their directories."""
+def tiny_adapters(tiny_model, demo_data) -> dict[str, Path]:
+    """Two LoRA adapters of the tiny model and a checkpoint, trained once per machine and
+    source digest by the real trainer (`tests.adapters`): `{"a", "b", "a_checkpoint"}` to
+    their directories."""
     from tests.adapters import train_adapters
 
-    return train_adapters(tmp_path_factory.mktemp("adapters"), tiny_model, demo_data)
+    def build(root: Path) -> dict[str, str]:
+        trained = train_adapters(root, tiny_model, demo_data)
+        return {name: str(path) for name, path in trained.items()}
+
+    built = cached("tiny-adapters", ("trainer", "tests/adapters.py"), build)
+    return {name: Path(path) for name, path in built.items()}
