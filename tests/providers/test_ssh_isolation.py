@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -163,17 +164,80 @@ def test_terminate_ends_every_process_of_the_attempts_user(isolated_provider, li
         backend.terminate(handle, 1.0)
         wait_until(lambda: backend.poll(handle).state != "running", 30, what="the runner gone")
 
-        def _left() -> list[int]:
-            found = []
-            for pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    if os.stat(f"/proc/{pid}").st_uid == uid:
-                        found.append(int(pid))
-                except OSError:
-                    continue
-            return found
-
         # Even the one that left the group (setsid) and the one that ignores SIGTERM.
-        wait_until(lambda: not _left(), 30, what="every process of the attempt's user gone")
+        wait_until(lambda: not _processes_of(uid), 30, what="every process of its user gone")
     finally:
         backend.release(handle)
+
+
+OPERATOR = "trainyard-op"
+
+
+@pytest.fixture
+def unprivileged_operator(isolated_provider, sshd, tmp_path):
+    """The provider's SSH user is an unprivileged operator account whose only privilege is
+    the sudoers line docs/adding-a-provider.md gives: the root helper, nothing else."""
+    helper = isolated_provider.config["attempt_user_helper"]
+    home = tmp_path / "operator-home"
+    subprocess.run(
+        ["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/sh", OPERATOR],
+        check=True,
+    )
+    subprocess.run(["usermod", "-p", "*", OPERATOR], check=True)  # not locked: sshd lets it in
+    sudoers = Path(f"/etc/sudoers.d/trainyard-test-{os.getpid()}")
+    sudoers.write_text(f"{OPERATOR} ALL=(root) NOPASSWD: {helper}\n")
+    sudoers.chmod(0o440)
+    far = _far(isolated_provider)
+    entry = pwd.getpwnam(OPERATOR)
+    os.chown(far, entry.pw_uid, entry.pw_gid)
+    reachable_by_everyone(home)
+    # sshd reads the (shared) authorized_keys file as the user logging in.
+    reachable_by_everyone(sshd.directory)
+    (sshd.directory / "authorized_keys").chmod(0o644)
+    isolated_provider.config = {**isolated_provider.config, "user": OPERATOR}
+    isolated_provider.save()
+    try:
+        yield entry
+    finally:
+        sudoers.unlink()
+        subprocess.run(["userdel", "--force", OPERATOR], check=False)
+
+
+def test_an_unprivileged_ssh_user_runs_attempts_as_their_own_users_through_sudo(
+    unprivileged_operator, isolated_provider, live_server
+):
+    """The production shape: hostctl runs as the operator, every privileged step goes
+    through `sudo -n` to the helper. The exit record is still read, terminate and release
+    still reach every process of the attempt's user, and nothing is left."""
+    far = _far(isolated_provider)
+    backend, _, done = _launch(live_server, ["sh", "-c", "echo hi; exit 3"])
+    _, second, live = _launch(live_server, ["sh", "-c", "setsid sleep 300 & sleep 300"])
+    try:
+        result = wait_until(
+            lambda: (r := backend.poll(done)).state == "exited" and r, 60, what="the exit"
+        )
+        assert result.exit_code == 3  # read through the run directory's group
+        wait_until(lambda: _started(second), 60, what="the second runner")
+        uid = pwd.getpwnam(live["user"]).pw_uid
+        assert uid not in (0, unprivileged_operator.pw_uid)
+        assert (far / "bin").stat().st_uid == unprivileged_operator.pw_uid
+        backend.terminate(live, 1.0)
+        wait_until(lambda: not _processes_of(uid), 30, what="every process of the attempt")
+    finally:
+        for handle in (done, live):
+            backend.release(handle)
+    for handle in (done, live):
+        assert not Path(handle["workdir"]).exists()
+        with pytest.raises(KeyError):
+            pwd.getpwnam(handle["user"])
+
+
+def _processes_of(uid: int) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.stat(f"/proc/{pid}").st_uid == uid:
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
