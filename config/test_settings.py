@@ -30,16 +30,21 @@ def worker_var_dir(worker: str) -> str:
     return str(Path(__file__).resolve().parents[1] / "var" / f"test-{worker or 'main'}")
 
 
-# Only what this module filled in is replaced per worker: xdist's workers inherit the
-# environment of the controller, which loaded these settings first.
+# xdist's workers inherit the environment of the controller, which loaded these settings
+# first: a worker replaces what the controller filled in (never what the user set). Other
+# processes (a live stack, a runner) keep what they were given.
 FILLED = {name for name in os.environ.get("TRAINYARD_TEST_FILLED", "").split(",") if name}
+if WORKER and os.environ.get("TRAINYARD_TEST_FILLED_BY") != WORKER:
+    for name in FILLED:
+        os.environ.pop(name, None)
 for name, value in (
     ("REDIS_URL", worker_redis_url(WORKER)),
     ("TRAINYARD_VAR_DIR", worker_var_dir(WORKER)),
 ):
-    if name not in os.environ or name in FILLED:
+    if name not in os.environ:
         os.environ[name] = value
         FILLED.add(name)
+        os.environ["TRAINYARD_TEST_FILLED_BY"] = WORKER
 os.environ["TRAINYARD_TEST_FILLED"] = ",".join(sorted(FILLED))
 
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/trainyard")

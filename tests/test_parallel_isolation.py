@@ -4,13 +4,17 @@ controller checks the same again at the end of the run, for ports taken later.""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from django.conf import settings
 from django.db import connection
 
 from config import test_settings
 from tests import parallel
-from tests.live import wait_until
+from tests.integration.stack import Stack
+from tests.live import ROOT, wait_until
 
 # Redis databases others use: `make run` (0), test_make_run and a bench (14), benches.
 RESERVED_REDIS_DBS = {0, 7, 9, 13, 14}
@@ -68,3 +72,21 @@ def test_the_guard_names_what_two_workers_share():
         "gw1": {"redis_url": ["redis://127.0.0.1:6379/15"], "port": [41001]},
     }
     assert parallel.shared(held) == ["redis_url redis://127.0.0.1:6379/15: gw0, gw1"]
+
+
+def test_a_stack_process_keeps_the_redis_db_and_var_dir_its_worker_gives_it(tmp_path):
+    """The live stack's processes load the test settings too, without xdist's variables:
+    they must keep the worker's Redis db (their broker) and their own var dir."""
+    given = "redis://127.0.0.1:6379/3"
+    stack = Stack(
+        database_url="postgres://postgres@127.0.0.1:5432/x", redis_url=given, workdir=tmp_path
+    )
+    code = (
+        "import django; django.setup(); from django.conf import settings as s; "
+        "print(s.REDIS_URL, s.CELERY_BROKER_URL, s.VAR_DIR)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=stack.env(), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [given, given, str(tmp_path / "var")]
