@@ -36,7 +36,8 @@ def _launch(live_server, command: list[str]):
         org, image="local", control_url=live_server.url, command=command
     )
     handle = backend.launch(request, bootstrap)
-    Attempt.objects.filter(pk=attempt.pk).update(handle=handle)  # the control plane's record
+    # The control plane's record: launched (a dispatcher of a live stack leaves it alone).
+    Attempt.objects.filter(pk=attempt.pk).update(handle=handle, launched_at=timezone.now())
     return backend, request, handle
 
 
