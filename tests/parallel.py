@@ -144,7 +144,21 @@ class Order:
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
         if hasattr(config, "workerinput"):
             items.sort(key=_rank)  # stable: collection order within each rank
+            if config.getvalue("loadgroup"):
+                _suffix_groups(items)
         items.sort(key=lambda item: item.nodeid.startswith("tests/browser/"))
+
+
+def _suffix_groups(items: list[pytest.Item]) -> None:
+    """What xdist's loadgroup does to a grouped test's id (`<nodeid>@<group>`, its work unit),
+    done here: xdist 3.8 sets `item._nodeid`, which pytest 9.2 no longer reads (the id is
+    `item._id`), so its own suffix is lost and every test would be a unit of its own."""
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        group = item.stash.get(GROUP_KEY, None)
+        if group is not None and not item.nodeid.endswith(f"@{group}"):
+            item._id = coerce_node_id(f"{item.nodeid}@{group}")
 
 
 # -- per-test wall and CPU time ------------------------------------------------------------

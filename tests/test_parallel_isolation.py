@@ -90,3 +90,17 @@ def test_a_stack_process_keeps_the_redis_db_and_var_dir_its_worker_gives_it(tmp_
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [given, given, str(tmp_path / "var")]
+
+
+@pytest.fixture(scope="module")
+def _module_scoped() -> str:
+    return "built once for this module"
+
+
+def test_a_test_with_a_module_fixture_is_sent_as_part_of_its_modules_group(request, _module_scoped):
+    """Under xdist the group is the work unit, carried in the test's id (`@<group>`): if it
+    were lost, module fixtures and shared daemons would be set up on several workers."""
+    group = "module:tests/test_parallel_isolation.py"
+    assert request.node.stash[parallel.GROUP_KEY] == group
+    loadgroup = hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup")
+    assert request.node.nodeid.endswith(f"@{group}") == bool(loadgroup)

@@ -24,10 +24,11 @@ SCREENSHOTS = ROOT / "var" / "screenshots"
 PASSWORD = "correct-horse-battery"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
-    """Module-scoped: Playwright's event loop must not outlive the browser tests, or the
-    rest of the session's tests would see Django connections of another context."""
+    """One Chromium for the session. Playwright's event loop must not outlive the browser
+    tests, or the tests after them would see Django connections of another context: the
+    browser tests run last on their worker (tests/parallel.py `Order`), so nothing follows."""
     if not Path(CHROMIUM).exists():
         pytest.fail("Chromium is not installed: `apt-get install chromium` (.ci/run does it).")
     with sync_playwright() as playwright:
