@@ -1,6 +1,8 @@
 #!/usr/bin/python3
 """trainyard-attempt-user: the small root helper that gives each attempt on a remote host a
-Unix user of its own (ssh providers with config `isolation: users`). The operator installs
+Unix user of its own (ssh and slurm providers with config `isolation: users`; on Slurm the
+user must exist on the compute node too, so as shipped it serves clusters whose login node
+is the compute node). The operator installs
 this one file, root-owned, and lets the provider's SSH user run it through sudo:
 
     install -o root -g root -m 0755 runner/attempt_user.py /usr/local/sbin/trainyard-attempt-user
