@@ -4,7 +4,6 @@ flight (it finishes; then the name is gone and its weights are deleted), and max
 from __future__ import annotations
 
 import json
-import time
 
 import httpx
 
@@ -93,16 +92,15 @@ def test_unload_lets_the_stream_in_flight_finish_then_the_adapter_is_gone(
         lines = stream.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
 
-        started = time.monotonic()
         unloaded = served.unload("ck")
-        took = time.monotonic() - started
         during = served.stats()["adapters"]
         refused = httpx.post(f"{served.url}/v1/completions", json=body, headers=served.headers)
         listed = _models(served)
         rest = [line[6:] for line in lines if line.startswith("data: ")]
 
     assert unloaded.status_code == 200 and unloaded.json() == {"lora_name": "ck", "unloaded": True}
-    assert took < 0.5
+    # The engine's own counter, not a stopwatch: the stream is still in flight after the
+    # unload answered, so the unload did not wait for it.
     assert during["ck"] == {"in_flight": 1, "requests_total": 2}
     assert refused.status_code == 404 and refused.json()["error"]["type"] == "model_not_found"
     assert "ck" not in listed
