@@ -23,7 +23,7 @@ COMPUTE = {"accelerator": "nvidia-a100-80gb", "gpu_count": 1, "ephemeral_disk_gb
 @pytest.fixture(autouse=True)
 def roomy(make_offer):
     offer = make_offer("roomy-cloud", "nvidia-a100-80gb", price=600_000, capacity=10)
-    offer.provider.config = {"multi_tenant": True}
+    offer.provider.config = {"multi_tenant": True, "isolation": "users"}
     offer.provider.save()
 
 

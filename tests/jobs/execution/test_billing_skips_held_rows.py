@@ -27,7 +27,7 @@ COMPUTE = {"accelerator": "nvidia-a100-80gb", "gpu_count": 1, "ephemeral_disk_gb
 def roomy(make_offer, settings):
     settings.TRAINYARD_CLOCK_SCALE = 1
     offer = make_offer("roomy-cloud", "nvidia-a100-80gb", price=600_000, capacity=10)
-    offer.provider.config = {"multi_tenant": True}
+    offer.provider.config = {"multi_tenant": True, "isolation": "users"}
     offer.provider.save()
 
 

@@ -40,7 +40,10 @@ def roomy(make_offer, settings):
     settings.TRAINYARD_CLOCK_SCALE = 1
     settings.RECONCILE_INTERVAL_S = 5
     offer = make_offer("roomy-cloud", "nvidia-a100-80gb", price=PRICE, capacity=1000)
-    offer.provider.config = {"multi_tenant": True}  # every organization's jobs at once
+    offer.provider.config = {
+        "multi_tenant": True,
+        "isolation": "users",
+    }  # every organization's jobs at once
     offer.provider.save()
     return offer
 
