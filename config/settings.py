@@ -122,8 +122,18 @@ def _database_config(url: str) -> dict:
         }
     elif config["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL:
         # A connection pool per process: ASGI and Celery open a connection per request or
-        # task otherwise. CONN_MAX_AGE must stay 0 with a pool.
-        config["OPTIONS"] = {"pool": {"min_size": 1, "max_size": DATABASE_POOL_SIZE}}
+        # task otherwise. CONN_MAX_AGE must stay 0 with a pool. Each connection is checked as
+        # it leaves the pool (an empty query), so one that a database restart or an
+        # operator's pg_terminate_backend ended is replaced, not handed to a request (a 500).
+        from psycopg_pool import ConnectionPool
+
+        config["OPTIONS"] = {
+            "pool": {
+                "min_size": 1,
+                "max_size": DATABASE_POOL_SIZE,
+                "check": ConnectionPool.check_connection,
+            }
+        }
         config["CONN_MAX_AGE"] = 0
     return config
 

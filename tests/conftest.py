@@ -3,6 +3,7 @@ belongs to another organization. `api_client_for` authenticates with a real API 
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import uuid
@@ -12,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
+from django.apps import apps as django_apps
 from django.conf import settings
 from django.db import connection
 from django.test import Client
@@ -418,6 +420,27 @@ def _fresh_throttles(request, monkeypatch):
     test = uuid.uuid4().hex[:12]
     monkeypatch.setattr(throttle, "SIGN_IN_PREFIX", f"trainyard:test-{test}:signin:")
     monkeypatch.setattr(throttle, "API_PREFIX", f"trainyard:test-{test}:throttle:key:")
+
+
+TRANSACTIONAL = {"transactional_db", "django_db_reset_sequences", "live_server", "live_stack"}
+
+
+@pytest.fixture(autouse=True)
+def _catalog_seeded(request):
+    """A test in a transaction sees the catalog its migrations seed, even when a
+    transactional test ran before it on this worker (its flush leaves the tables empty; in a
+    serial run Django orders those last, under xdist a worker takes them in any order). The
+    seed goes in the test's own transaction, rolled back with it."""
+    marker = request.node.get_closest_marker("django_db")
+    names = set(request.fixturenames)
+    if not ("db" in names or marker is not None):
+        return
+    if TRANSACTIONAL & names or (marker is not None and marker.kwargs.get("transaction")):
+        return
+    request.getfixturevalue("_django_db_helper")
+    if not Accelerator.objects.exists():
+        for name in ("0002_seed_accelerators", "0004_seed_local_offer"):
+            importlib.import_module(f"apps.catalog.migrations.{name}").seed(django_apps, None)
 
 
 @pytest.fixture(autouse=True)
