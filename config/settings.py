@@ -123,17 +123,10 @@ def _database_config(url: str) -> dict:
     elif config["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL:
         # A connection pool per process: ASGI and Celery open a connection per request or
         # task otherwise. CONN_MAX_AGE must stay 0 with a pool. Each connection is checked as
-        # it leaves the pool (an empty query), so one that a database restart or an
-        # operator's pg_terminate_backend ended is replaced, not handed to a request (a 500).
-        from psycopg_pool import ConnectionPool
-
-        config["OPTIONS"] = {
-            "pool": {
-                "min_size": 1,
-                "max_size": DATABASE_POOL_SIZE,
-                "check": ConnectionPool.check_connection,
-            }
-        }
+        # it leaves the pool (Django's health check: an empty query), so one that a database
+        # restart or pg_terminate_backend ended is replaced, not handed to a request (a 500).
+        config["OPTIONS"] = {"pool": {"min_size": 1, "max_size": DATABASE_POOL_SIZE}}
+        config["CONN_HEALTH_CHECKS"] = True
         config["CONN_MAX_AGE"] = 0
     return config
 
