@@ -360,12 +360,17 @@ def _store_parsed(job: Job, attempt: int, inserted, times, dropped: _Dropped) ->
             return metric_ids
     except (DataError, IntegrityError, ValueError) as exc:
         logger.warning("metrics of a log batch of job %s not stored", job.pk, exc_info=True)
-        seqs = [row[0] for row in inserted]
-        dropped.add(
-            f"the metrics and grading events of lines seq {min(seqs)} to {max(seqs)} "
-            f"(the database refused them: {type(exc).__name__})"
-        )
-        return []
+        reason = f"the database refused them: {type(exc).__name__}"
+    except Exception as exc:
+        # A line our parsing did not expect must not fail the batch: the runner would resend
+        # it forever. The lines are stored; what they say is dropped, and logged as a bug.
+        logger.exception("metrics of a log batch of job %s could not be read", job.pk)
+        reason = f"they could not be read: {type(exc).__name__}"
+    seqs = [row[0] for row in inserted]
+    dropped.add(
+        f"the metrics and grading events of lines seq {min(seqs)} to {max(seqs)} ({reason})"
+    )
+    return []
 
 
 def _insert(job_id: int, attempt: int, lines: list[IncomingLine], messages: list[str]):
@@ -527,8 +532,10 @@ def _record_service_port(job: Job, attempt: int, inserted) -> None:
             line = json.loads(message)
         except (ValueError, RecursionError):
             continue
-        port = line.get("port") if isinstance(line, dict) else None
-        if line.get("type") != protocol.LINE_SERVING or not _is_port(port):
+        if not isinstance(line, dict) or line.get("type") != protocol.LINE_SERVING:
+            continue
+        port = line.get("port")
+        if not _is_port(port):
             continue
         updated = Attempt.objects.filter(
             job=job, number=attempt, ended_at__isnull=True, service_port__isnull=True
