@@ -295,9 +295,11 @@ SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
 SESSION_COOKIE_HTTPONLY = True
 
-# Throttles (apps.accounts.throttle): failed sign-ins per username and per client address in
-# a window, and API requests per key per minute.
-SIGN_IN_MAX_FAILURES_PER_USER = env_int("SIGN_IN_MAX_FAILURES_PER_USER", 5)
+# Throttles (apps.accounts.throttle, whose docstring has the policy): failed sign-ins per
+# (username, address) pair, per address and per username (past which each address gets one
+# failure for it) in a window, and API requests per key per minute.
+SIGN_IN_MAX_FAILURES_PER_PAIR = env_int("SIGN_IN_MAX_FAILURES_PER_PAIR", 5)
+SIGN_IN_MAX_FAILURES_PER_USER = env_int("SIGN_IN_MAX_FAILURES_PER_USER", 20)
 SIGN_IN_MAX_FAILURES_PER_ADDRESS = env_int("SIGN_IN_MAX_FAILURES_PER_ADDRESS", 20)
 SIGN_IN_WINDOW_S = env_float("SIGN_IN_WINDOW_S", 900.0)
 API_REQUESTS_PER_MINUTE = env_int("API_REQUESTS_PER_MINUTE", 600)

@@ -3,7 +3,11 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularSwaggerView
 
 from apps.accounts import views as account_views
+from apps.accounts.sign_in import admin_login
 from config.schema import SchemaView
+
+# The admin's login is throttled like the site's (before `admin.site.urls` is read).
+admin.site.login = admin_login(admin.site)
 
 urlpatterns = [
     path("admin/", admin.site.urls),

@@ -1,9 +1,25 @@
 """Throttles, counted in Redis so every web process shares them.
 
-- Sign-in: failed sign-ins are counted per username and per client address in a window of
-  SIGN_IN_WINDOW_S; past SIGN_IN_MAX_FAILURES_PER_USER (or ..._PER_ADDRESS) the sign-in form
-  answers 429 with Retry-After until the window ends, even for the right password. A
-  successful sign-in clears the username's count.
+- Sign-in (the site's form and the admin's, alike). Failed sign-ins are counted in fixed
+  windows of SIGN_IN_WINDOW_S, started by a window's first failure, under three keys:
+
+  * the (username, client address) pair: past SIGN_IN_MAX_FAILURES_PER_PAIR that address
+    is refused for that username (429 with Retry-After, the right password included) until
+    the pair's window ends. Whoever guesses from one address locks out only that pair: the
+    user signs in from any other address as before.
+  * the client address: past SIGN_IN_MAX_FAILURES_PER_ADDRESS failures for any usernames,
+    the address is refused for every username (password spraying).
+  * the username, over all addresses: past SIGN_IN_MAX_FAILURES_PER_USER the username is
+    under attack and each address gets one failure for it per window (instead of
+    SIGN_IN_MAX_FAILURES_PER_PAIR), so a guesser with many addresses is slowed to one guess
+    per address per window. The username itself is never locked: an address with no
+    failure for it still signs in with the right password, and an address the user signed
+    in from within KNOWN_ADDRESS_S keeps the full per-pair allowance.
+
+  A successful sign-in clears its pair's count and marks the address known for the user;
+  it does not clear the address's or the username's count (a sprayer holding one account
+  must not reset its own budget). IPv6 addresses count by their /64, which one host
+  usually holds whole. Usernames are counted case-insensitively and stored hashed.
 - API: each API key may make API_REQUESTS_PER_MINUTE requests a minute (a fixed window);
   past it the API answers 429 `rate_limited` with Retry-After. Session users of the API are
   covered by the sign-in throttle and CSRF; the runner's endpoints are not DRF views and
@@ -14,6 +30,8 @@ A Redis that does not answer lets requests through: an outage must not lock ever
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 import time
 from contextlib import suppress
 
@@ -26,45 +44,77 @@ from apps.core.redis_client import shared_redis
 
 SIGN_IN_PREFIX = "trainyard:signin:"
 API_PREFIX = "trainyard:throttle:key:"
+# How long a successful sign-in keeps its address "known" for that user.
+KNOWN_ADDRESS_S = 30 * 24 * 3600
+# The per-pair allowance of an unknown address while its username is under attack.
+UNDER_ATTACK_PAIR_FAILURES = 1
 
 
-def _user_key(username: str) -> str:
-    return f"{SIGN_IN_PREFIX}user:{username.strip().lower()}"
+def _user(username: str) -> str:
+    return hashlib.sha256(username.strip().lower().encode()).hexdigest()[:32]
 
 
-def _sign_in_keys(username: str, address: str) -> list[tuple[str, int]]:
-    return [
-        (_user_key(username), settings.SIGN_IN_MAX_FAILURES_PER_USER),
-        (f"{SIGN_IN_PREFIX}addr:{address}", settings.SIGN_IN_MAX_FAILURES_PER_ADDRESS),
-    ]
+def _address(address: str) -> str:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address[:64]
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+def _keys(username: str, address: str) -> dict[str, str]:
+    user, addr = _user(username), _address(address)
+    return {
+        "pair": f"{SIGN_IN_PREFIX}pair:{user}:{addr}",
+        "addr": f"{SIGN_IN_PREFIX}addr:{addr}",
+        "user": f"{SIGN_IN_PREFIX}user:{user}",
+        "known": f"{SIGN_IN_PREFIX}known:{user}:{addr}",
+    }
 
 
 def sign_in_blocked_for(username: str, address: str) -> int:
     """Seconds until `username` may try to sign in from `address` again; 0 when it may."""
+    keys = _keys(username, address)
     try:
-        client = shared_redis()
-        waits = [
-            max(client.ttl(key), 1)
-            for key, limit in _sign_in_keys(username, address)
-            if int(client.get(key) or 0) >= limit
-        ]
+        pipe = shared_redis().pipeline()
+        pipe.mget(keys["pair"], keys["addr"], keys["user"], keys["known"])
+        pipe.ttl(keys["pair"])
+        pipe.ttl(keys["addr"])
+        (pair, addr, user, known), pair_ttl, addr_ttl = pipe.execute()
     except redis.RedisError:
         return 0
+    pair_limit = settings.SIGN_IN_MAX_FAILURES_PER_PAIR
+    if int(user or 0) >= settings.SIGN_IN_MAX_FAILURES_PER_USER and not known:
+        pair_limit = min(pair_limit, UNDER_ATTACK_PAIR_FAILURES)
+    waits = []
+    if int(pair or 0) >= pair_limit:
+        waits.append(max(pair_ttl, 1))
+    if int(addr or 0) >= settings.SIGN_IN_MAX_FAILURES_PER_ADDRESS:
+        waits.append(max(addr_ttl, 1))
     return max(waits, default=0)
 
 
 def sign_in_failed(username: str, address: str) -> None:
+    keys = _keys(username, address)
     with suppress(redis.RedisError):
         pipe = shared_redis().pipeline()
-        for key, _ in _sign_in_keys(username, address):
-            pipe.incr(key)
-            pipe.expire(key, int(settings.SIGN_IN_WINDOW_S), nx=True)
+        for name in ("pair", "addr", "user"):
+            pipe.incr(keys[name])
+            pipe.expire(keys[name], int(settings.SIGN_IN_WINDOW_S), nx=True)
         pipe.execute()
 
 
-def sign_in_succeeded(username: str) -> None:
+def sign_in_succeeded(username: str, address: str) -> None:
+    keys = _keys(username, address)
     with suppress(redis.RedisError):
-        shared_redis().delete(_user_key(username))
+        pipe = shared_redis().pipeline()
+        pipe.delete(keys["pair"])
+        pipe.set(keys["known"], 1, ex=KNOWN_ADDRESS_S)
+        pipe.execute()
 
 
 class ApiKeyRateThrottle(BaseThrottle):
