@@ -5,7 +5,8 @@ view runs, so a view's own limit came too late: any client could make the server
 gigabytes to disk, a bad token's body included. This guard decides first, per path:
 
 - `POST /api/v1/runner/jobs/<id>/artifacts` with the bearer token of one of that job's
-  attempts: up to ARTIFACT_MAX_BYTES (the view enforces the exact limit and records it);
+  attempts, not expired (`TOKEN_GRACE_AFTER_END_S`): up to ARTIFACT_MAX_BYTES (the view
+  enforces the exact limit and records it);
 - `POST /o/<org>/projects/<project>/datasets/` from a signed-in session, and
   `POST /api/v1/projects/<project>/datasets` with a valid API key or from a signed-in
   session: up to DATASET_MAX_BYTES plus room for the form around the file;
@@ -31,7 +32,7 @@ from django.utils.module_loading import import_string
 from apps.accounts.keys import key_matches, parse_key
 from apps.accounts.models import ApiKey
 from apps.jobs.execution.tokens import nonce_from
-from apps.jobs.models import Attempt
+from apps.jobs.runner_api.auth import attempt_refusal, attempts_by_nonce
 
 ASGIApp = Callable[[dict, Callable, Callable], Awaitable[None]]
 ARTIFACT_UPLOAD = re.compile(r"^/api/v1/runner/jobs/(?P<job_id>[^/]+)/artifacts/?$")
@@ -50,12 +51,14 @@ def _headers(scope: dict) -> dict[str, str]:
 
 
 def _artifact_uploader(job_id: str, authorization: str) -> bool:
+    """Whether the token opens this job's runner endpoints now: an attempt of the job whose
+    token has not expired (the view's own check, `attempt_refusal`). Any other token's body
+    is held to REQUEST_MAX_BYTES before the view's 401 or 404."""
     scheme, _, token = authorization.partition(" ")
     nonce = nonce_from(token.strip()) if scheme.lower() == "bearer" else None
-    return (
-        nonce is not None
-        and Attempt.objects.filter(token_nonce=nonce, job__public_id=job_id).exists()
-    )
+    if nonce is None:
+        return False
+    return attempt_refusal(attempts_by_nonce([nonce]).get(nonce), job_id) is None
 
 
 def _api_key_valid(authorization: str) -> bool:

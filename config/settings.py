@@ -105,6 +105,11 @@ DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 8)
 # `overloaded`, which runners retry (config/admission.py). Default: the pool less two.
 RUNNER_MAX_CONCURRENT = env_int("RUNNER_MAX_CONCURRENT", max(1, DATABASE_POOL_SIZE - 2))
 RUNNER_QUEUE_TIMEOUT_S = env_float("RUNNER_QUEUE_TIMEOUT_S", 10.0)
+# A runner request takes its turn only once its body has arrived: within this many seconds
+# of its headers, else 408 `request_timeout`; and at most RUNNER_MAX_PENDING_PER_CLIENT of
+# them from one client address may still be sending at once, else 429 (config/admission.py).
+RUNNER_BODY_TIMEOUT_S = env_float("RUNNER_BODY_TIMEOUT_S", 15.0)
+RUNNER_MAX_PENDING_PER_CLIENT = env_int("RUNNER_MAX_PENDING_PER_CLIENT", 32)
 
 
 def _database_config(url: str) -> dict:

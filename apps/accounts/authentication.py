@@ -51,14 +51,14 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         )
         if key is None or not key_matches(parsed.full, key.hashed_key):
             raise exceptions.AuthenticationFailed("Invalid API key.")
-        _touch(key)
+        touch_key(key)
         return KeyPrincipal(key), key
 
     def authenticate_header(self, request) -> str:
         return f'{self.keyword} realm="api"'
 
 
-def _touch(key: ApiKey) -> None:
+def touch_key(key: ApiKey) -> None:
     """Record use at most once per interval: a hot key costs no write per request."""
     now = timezone.now()
     interval = timedelta(seconds=settings.API_KEY_TOUCH_INTERVAL_S)

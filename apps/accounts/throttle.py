@@ -20,8 +20,9 @@
   it does not clear the address's or the username's count (a sprayer holding one account
   must not reset its own budget). IPv6 addresses count by their /64, which one host
   usually holds whole. Usernames are counted case-insensitively and stored hashed.
-- API: each API key may make API_REQUESTS_PER_MINUTE requests a minute (a fixed window);
-  past it the API answers 429 `rate_limited` with Retry-After. Session users of the API are
+- API: each API key may make API_REQUESTS_PER_MINUTE requests a minute (a fixed window),
+  the REST API's and the OpenAI-compatible path's (`/v1/`) counted together; past it both
+  answer 429 `rate_limited` with Retry-After. Session users of the API are
   covered by the sign-in throttle and CSRF; the runner's endpoints are not DRF views and
   have their own token rules.
 
@@ -117,23 +118,30 @@ def sign_in_succeeded(username: str, address: str) -> None:
         pipe.execute()
 
 
+def api_key_request_counted(key: ApiKey) -> int:
+    """Count one request of `key` in its current window (the REST API's and the OpenAI
+    path's together). Returns 0 when the request may go on, else the seconds until the
+    window ends."""
+    now = time.time()
+    counter = f"{API_PREFIX}{key.pk}:{int(now // 60)}"
+    try:
+        pipe = shared_redis().pipeline()
+        pipe.incr(counter)
+        pipe.expire(counter, 61)
+        count = pipe.execute()[0]
+    except redis.RedisError:
+        return 0
+    return 0 if count <= settings.API_REQUESTS_PER_MINUTE else 60 - int(now) % 60
+
+
 class ApiKeyRateThrottle(BaseThrottle):
     """API_REQUESTS_PER_MINUTE per API key, in fixed one-minute windows."""
 
     def allow_request(self, request, view) -> bool:
         if not isinstance(request.auth, ApiKey):
             return True
-        window = int(time.time() // 60)
-        self._retry_after = 60 - int(time.time()) % 60
-        key = f"{API_PREFIX}{request.auth.pk}:{window}"
-        try:
-            pipe = shared_redis().pipeline()
-            pipe.incr(key)
-            pipe.expire(key, 61)
-            count = pipe.execute()[0]
-        except redis.RedisError:
-            return True
-        return count <= settings.API_REQUESTS_PER_MINUTE
+        self._retry_after = api_key_request_counted(request.auth)
+        return not self._retry_after
 
     def wait(self) -> float | None:
         return getattr(self, "_retry_after", 60)

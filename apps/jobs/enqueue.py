@@ -18,7 +18,8 @@ FINALIZE_JOB = "jobs.finalize_job"
 DISPATCH_WAITING = "jobs.dispatch_waiting"
 STOP_JOB = "jobs.stop_job"
 ARCHIVE_LOG = "jobs.archive_log"
-TASK_NAMES = (DISPATCH_JOB, FINALIZE_JOB, DISPATCH_WAITING, STOP_JOB, ARCHIVE_LOG)
+RELEASE_ATTEMPT = "jobs.release_attempt"
+TASK_NAMES = (DISPATCH_JOB, FINALIZE_JOB, DISPATCH_WAITING, STOP_JOB, ARCHIVE_LOG, RELEASE_ATTEMPT)
 
 
 def _send(name: str, *args: int) -> None:
@@ -49,6 +50,12 @@ def stop_on_commit(job_id: int) -> None:
     """Signal a terminating job's workload at once, rather than on the next heartbeat or
     reconcile pass, once the caller's writes are visible."""
     after_commit(_send, STOP_JOB, job_id)
+
+
+def release_on_commit(attempt_id: int) -> None:
+    """Give back what an ended attempt holds at its provider, in a worker, once the caller's
+    writes are visible: never in the request that ended it (a runner's own, often)."""
+    after_commit(_send, RELEASE_ATTEMPT, attempt_id)
 
 
 def archive_log_on_commit(job_id: int) -> None:

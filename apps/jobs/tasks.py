@@ -11,7 +11,7 @@ from django.conf import settings
 
 from apps.core.tasks import trainyard_task
 from apps.jobs import enqueue
-from apps.jobs.execution import capacity, dispatch, stopping, supervision
+from apps.jobs.execution import attempts, capacity, dispatch, stopping, supervision
 from apps.jobs.execution import reconcile as reconcile_loop
 from apps.jobs.telemetry import log_archive
 
@@ -41,6 +41,11 @@ def dispatch_waiting() -> None:
 @trainyard_task("jobs.stop_job")
 def stop_job(job_id: int) -> None:
     stopping.stop_now(job_id)
+
+
+@trainyard_task("jobs.release_attempt")
+def release_attempt(attempt_id: int) -> None:
+    attempts.release(attempt_id)
 
 
 # A long log takes longer than the default limits (tens of seconds for ten million lines).

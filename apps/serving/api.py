@@ -4,6 +4,8 @@ Another organization's endpoint is a 404."""
 
 from __future__ import annotations
 
+import re
+
 from django.http import Http404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -223,7 +225,8 @@ class EndpointUsageView(ComputeView):
     def get(self, request, endpoint_id: str):
         endpoint = _endpoint_of_caller(request, endpoint_id)
         raw = request.query_params.get("days") or "30"
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_USAGE_DAYS:
+        # ASCII digits only: str.isdigit() also takes "²", which int() refuses.
+        if not re.fullmatch(r"[0-9]{1,3}", raw) or not 1 <= int(raw) <= MAX_USAGE_DAYS:
             raise InvalidRequest(f"days is 1 to {MAX_USAGE_DAYS}.", param="days")
         rows = selectors.usage_by_key_and_day(
             endpoint, since=selectors.default_usage_since(int(raw))

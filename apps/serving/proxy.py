@@ -2,16 +2,22 @@
 `POST /v1/completions` and `GET /v1/models`, with Trainyard API keys.
 
 - `Authorization: Bearer ty_…` (any role); no key or a bad one is 401 `unauthenticated`.
+  A key is held to the REST API's rules: its requests count in the same window
+  (API_REQUESTS_PER_MINUTE, both paths together; past it 429 `rate_limited` with
+  Retry-After), its last use is recorded, and an organization whose compute is off is
+  refused (403 `tenant_disabled`).
 - `model` is an endpoint's name in the key's organization, or `name@r3` to pin revision 3
   (only a revision the engine holds: the current or the previous one). Another
-  organization's endpoint is not there: 404 `model_not_found`.
+  organization's endpoint is not there: 404 `model_not_found`. A pin that is not `r` and
+  up to 9 ASCII digits is 400 `invalid_request`.
 - The request goes to the engine under the revision's served name; the engine's answer
   comes back as it is produced (server-sent events pass through event by event), with
   `X-Trainyard-Revision: r<n>` on every answer, errors included once a revision was chosen.
 - A client that goes away cancels the upstream request: the engine sees its connection
   close and stops generating.
 - Errors keep the API's shape (`{"error": {"type", "message", "param"}}`), which the OpenAI
-  SDKs read: 400 `invalid_request`, 404 `model_not_found`, 409 `endpoint_stopped`, 503
+  SDKs read: 400 `invalid_request`, 401 `unauthenticated`, 403 `tenant_disabled`, 404
+  `model_not_found`, 409 `endpoint_stopped`, 429 `rate_limited`, 503
   `endpoint_not_ready` (starting, or restarting after a preemption; with Retry-After).
 - Every request is recorded (`EndpointRequest`): status, tokens, latency, time to first
   token. Token counts come from the engine's usage chunk, which the proxy always asks for
@@ -24,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from dataclasses import dataclass
 
@@ -33,24 +40,37 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
+from apps.accounts.authentication import touch_key
 from apps.accounts.keys import key_matches, parse_key
 from apps.accounts.models import ApiKey
+from apps.accounts.throttle import api_key_request_counted
 from apps.core.api_errors import error_body
+from apps.core.errors import TenantDisabled
 from apps.jobs.models import Attempt
 from apps.serving import engine_client
 from apps.serving.engine_client import EngineAddress
 from apps.serving.models import Endpoint, EndpointRequest, EndpointRevision
+from apps.serving.services import NAME_RE
 
 logger = logging.getLogger(__name__)
 
 REVISION_HEADER = "X-Trainyard-Revision"
 RETRY_AFTER_S = "5"
+PIN_RE = re.compile(r"r([0-9]{1,9})")
 
 
 class ProxyError(Exception):
-    def __init__(self, status: int, error_type: str, message: str, param: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        error_type: str,
+        message: str,
+        param: str | None = None,
+        retry_after: int | None = None,
+    ):
         super().__init__(message)
         self.status, self.error_type, self.message, self.param = status, error_type, message, param
+        self.retry_after = retry_after
 
     def response(self, revision: EndpointRevision | None = None) -> JsonResponse:
         answer = JsonResponse(
@@ -58,6 +78,8 @@ class ProxyError(Exception):
         )
         if self.status == 503:
             answer["Retry-After"] = RETRY_AFTER_S
+        if self.retry_after is not None:
+            answer["Retry-After"] = str(self.retry_after)
         if self.status == 401:
             answer["WWW-Authenticate"] = 'Bearer realm="api"'
         if revision is not None:
@@ -89,13 +111,29 @@ def _key_for(header: str) -> ApiKey:
     )
     if key is None or not key_matches(parsed.full, key.hashed_key):
         raise ProxyError(401, "unauthenticated", "Invalid API key.")
+    # In the REST API's order: authentication (which records the use), permission, throttle.
+    touch_key(key)
+    if not key.organization.compute_enabled:
+        raise ProxyError(403, TenantDisabled.error_type, str(TenantDisabled.default_detail))
+    wait = api_key_request_counted(key)
+    if wait:
+        raise ProxyError(
+            429, "rate_limited", f"Too many requests: try again in {wait} s.", retry_after=wait
+        )
     return key
 
 
 def _target(key: ApiKey, model: object) -> Target:
     if not isinstance(model, str) or not model:
         raise ProxyError(400, "invalid_request", "model is an endpoint's name.", "model")
-    name, _, pin = model.partition("@")
+    name, at, pin = model.partition("@")
+    pinned = PIN_RE.fullmatch(pin)
+    if at and pinned is None:
+        raise ProxyError(
+            400, "invalid_request", "A pinned revision is written name@r<number>.", "model"
+        )
+    if not NAME_RE.fullmatch(name):
+        raise ProxyError(404, "model_not_found", "No endpoint has that name.", "model")
     endpoint = (
         Endpoint.objects.select_related("current_revision", "job")
         .filter(organization_id=key.organization_id, name=name)
@@ -106,11 +144,8 @@ def _target(key: ApiKey, model: object) -> Target:
     if endpoint.state == Endpoint.State.STOPPED:
         raise ProxyError(409, "endpoint_stopped", f"The endpoint {name!r} is stopped.", "model")
     revision = endpoint.current_revision
-    if pin:
-        number = pin.removeprefix("r")
-        revision = (
-            endpoint.revisions.filter(number=int(number)).first() if number.isdigit() else None
-        )
+    if pinned:
+        revision = endpoint.revisions.filter(number=int(pinned[1])).first()
         if revision is None:
             raise ProxyError(404, "model_not_found", f"{name!r} has no revision {pin}.", "model")
     if revision is None:
@@ -123,7 +158,7 @@ def _target(key: ApiKey, model: object) -> Target:
     )
     address = engine_client.address_of(job, attempt) if job else None
     if address is None or revision.loaded_on_attempt != address.attempt:
-        if pin and revision.state != EndpointRevision.State.READY:
+        if pinned and revision.state != EndpointRevision.State.READY:
             raise ProxyError(404, "model_not_found", f"{model!r} is not served.", "model")
         raise ProxyError(503, "endpoint_not_ready", f"{model!r} is not loaded yet.", "model")
     return Target(endpoint=endpoint, revision=revision, address=address)

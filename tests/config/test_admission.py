@@ -13,6 +13,7 @@ from django.test import RequestFactory
 from psycopg_pool import PoolTimeout
 
 from apps.core.middleware import ApiJsonErrorsMiddleware
+from apps.jobs.execution.tokens import token_for
 from config.admission import RunnerAdmission
 
 pytestmark = pytest.mark.anyio
@@ -42,7 +43,15 @@ class HeldApp:
             self.inside -= 1
 
 
-async def _request(app, path: str, query: bytes = b"") -> tuple[int, dict[bytes, bytes], bytes]:
+def _signed() -> list[tuple[bytes, bytes]]:
+    """The header of a runner token whose signature checks out (its attempt is no matter
+    to the gate)."""
+    return [(b"authorization", f"Bearer {token_for('n0nce')}".encode())]
+
+
+async def _request(
+    app, path: str, query: bytes = b"", headers: list | None = None, client: str = "10.0.0.1"
+) -> tuple[int, dict[bytes, bytes], bytes]:
     sent: list[dict] = []
 
     async def receive() -> dict:
@@ -51,7 +60,14 @@ async def _request(app, path: str, query: bytes = b"") -> tuple[int, dict[bytes,
     async def send(message: dict) -> None:
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": path, "query_string": query, "headers": []}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "query_string": query,
+        "headers": _signed() if headers is None else headers,
+        "client": (client, 40000),
+    }
     await app(scope, receive, send)
     start = next(m for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
@@ -211,3 +227,75 @@ def test_an_exhausted_connection_pool_is_a_503_overloaded_under_the_api_not_a_50
     assert middleware.process_exception(page, exhausted) is None  # a page: Django's 500 page
     other = OperationalError("server closed the connection unexpectedly")
     assert middleware.process_exception(RequestFactory().get("/api/v1/x"), other) is None
+
+
+class SlowBody:
+    """A client that sends its headers and then nothing (until `done` is set)."""
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+
+    async def receive(self) -> dict:
+        await self.done.wait()
+        return {"type": "http.disconnect"}
+
+
+async def _slow(gate, path: str, client: str, headers: list | None = None) -> list[dict]:
+    sent: list[dict] = []
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "query_string": b"",
+        "headers": _signed() if headers is None else headers,
+        "client": (client, 40000),
+    }
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    await gate(scope, SlowBody().receive, send)
+    return sent
+
+
+async def test_a_call_without_a_signed_token_reaches_the_view_at_once_without_a_slot_or_body():
+    inner = HeldApp()
+    gate = RunnerAdmission(inner, limit=2, timeout_s=0.05)
+    held = [asyncio.create_task(_request(gate, HEARTBEAT)) for _ in range(2)]
+    await _until(lambda: inner.inside == 2)
+
+    forged = [(b"authorization", b"Bearer tyr_n0nce_" + b"0" * 64)]
+    anonymous = [asyncio.create_task(_slow(gate, HEARTBEAT, "10.0.0.9", h)) for h in ([], forged)]
+    await _until(lambda: inner.inside == 4)  # not queued for a slot, not waiting for a body
+    inner.release.set()
+    assert [sent[0]["status"] for sent in await asyncio.gather(*anonymous)] == [200, 200]
+    assert [(await task)[0] for task in held] == [200, 200]
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_a_408_and_never_takes_a_slot():
+    inner = HeldApp()
+    inner.release.set()
+    gate = RunnerAdmission(inner, limit=2, timeout_s=5, body_timeout_s=0.1)
+
+    sent = await _slow(gate, HEARTBEAT, "10.0.0.9")
+
+    assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
+    assert json.loads(sent[1]["body"])["error"]["type"] == "request_timeout"
+    assert inner.paths == [] and gate.pending == {}
+    assert (await _request(gate, HEARTBEAT))[0] == 200
+
+
+async def test_one_address_may_keep_only_so_many_bodies_waiting_and_others_are_not_held():
+    inner = HeldApp()
+    inner.release.set()
+    gate = RunnerAdmission(inner, limit=2, timeout_s=5, body_timeout_s=5, max_pending_per_client=2)
+    slow = [asyncio.create_task(_slow(gate, "/api/v1/runner/relay", "10.0.0.9")) for _ in range(2)]
+    await _until(lambda: gate.pending["10.0.0.9"] == 2)
+
+    sent = await _slow(gate, HEARTBEAT, "10.0.0.9")
+
+    assert sent[0]["status"] == 429
+    assert json.loads(sent[1]["body"])["error"]["type"] == "too_many_requests"
+    assert (await _request(gate, HEARTBEAT, client="10.0.0.1"))[0] == 200  # another address
+    for task in slow:
+        task.cancel()

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from apps.billing import usage
 from apps.core.bulk import update_rows
-from apps.core.transactions import after_commit
+from apps.jobs import enqueue
 from apps.jobs.execution import capacity
 from apps.jobs.kinds import hooks_for
 from apps.jobs.live import push
@@ -213,13 +213,18 @@ def end_attempt(attempt: Attempt, *, reason: str, exit_code: int | None = None) 
     if attempt.billing_started_at is not None:
         meter(job, attempt)
     if attempt.handle:
-        provider = attempt.provider
-        handle = attempt.handle
-        after_commit(_release, provider, handle)
+        # In a worker, never here: this may be a runner's own request (its `spec`, its
+        # `exit`), and a provider's release takes as long as `podman rm --force`.
+        enqueue.release_on_commit(attempt.pk)
 
 
-def _release(provider, handle) -> None:
-    backend_for(provider).release(handle)
+def release(attempt_id: int) -> None:
+    """Give back what the ended attempt holds at its provider (its container, what is left
+    of its process group). Idempotent; a live attempt is left alone."""
+    attempt = Attempt.objects.select_related("provider").filter(pk=attempt_id).first()
+    if attempt is None or attempt.ended_at is None or not attempt.handle:
+        return
+    backend_for(attempt.provider).release(attempt.handle)
 
 
 def lock_current(attempt_id: int) -> tuple[Job, Attempt]:
