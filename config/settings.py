@@ -240,6 +240,13 @@ ARTIFACT_MAX_BYTES = env_int("ARTIFACT_MAX_BYTES", 5 * 1024**3)
 # the most its members may unpack to (bytes).
 WORKDIR_MAX_BYTES = env_int("WORKDIR_MAX_BYTES", 100 * 1024 * 1024)
 WORKDIR_MAX_UNPACKED_BYTES = env_int("WORKDIR_MAX_UNPACKED_BYTES", 2 * 1024**3)
+# A code archive no job has named for this many days (and no job that has not ended names)
+# is deleted by beat's `workdirs.expire`, run every WORKDIR_EXPIRE_INTERVAL_S; 0 keeps them.
+WORKDIR_RETENTION_DAYS = env_int("WORKDIR_RETENTION_DAYS", 30)
+WORKDIR_EXPIRE_INTERVAL_S = env_float("WORKDIR_EXPIRE_INTERVAL_S", 3600.0)
+# The bytes an organization's workdirs, datasets and artifacts may take in all, unless an
+# operator set the organization's own `storage_quota_bytes` (apps.accounts.storage); 0: none.
+ORG_STORAGE_QUOTA_BYTES = env_int("ORG_STORAGE_QUOTA_BYTES", 100 * 1024**3)
 # Any other request body, refused before it is read (config/body_limits.py).
 REQUEST_MAX_BYTES = env_int("REQUEST_MAX_BYTES", 4 * 1024 * 1024)
 
@@ -412,6 +419,7 @@ CELERY_BEAT_SCHEDULE = {
     # The safety net of endpoint swaps and engine restarts (each also syncs at once).
     "serving-sync": _every("serving.sync_all", SERVING_SYNC_INTERVAL_S),
     "playground-idle": _every("playground.stop_idle", SERVING_SYNC_INTERVAL_S),
+    "workdirs-expire": _every("workdirs.expire", WORKDIR_EXPIRE_INTERVAL_S),
 }
 
 LOGGING = {

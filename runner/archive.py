@@ -26,6 +26,7 @@ for group and others); owners and times are not restored.
 
 from __future__ import annotations
 
+import gzip
 import os
 import shutil
 import stat
@@ -46,6 +47,11 @@ MAX_UNPACKED_BYTES = 4 * 1024**3
 MAX_LINK_HOPS = 40  # as the kernel's MAXSYMLINKS
 MAX_ZIP_LINK_BYTES = 4096
 CHUNK_BYTES = 1024 * 1024
+# What the decompressed tar stream may hold beyond its members' data: per member, a header
+# block, padding and long-name or pax records; once, the end-of-archive blocks and the
+# record padding (tar's default record is 10 KiB; 1 MiB allows a blocking factor of 2048).
+TAR_HEADER_ROOM = 4096
+TAR_TAIL_ROOM = 1024 * 1024
 # What reading a damaged archive may raise besides ArchiveError: turned into ArchiveError.
 READ_ERRORS = (
     tarfile.TarError,
@@ -108,31 +114,92 @@ def _dir_mode(mode: int) -> int:
     return (mode & 0o755) | 0o700
 
 
-def _tar_members(path: Path) -> list[tuple[Member, str]]:
-    """Members of a tar.gz with their raw names (to read them back)."""
+class _Budget:
+    """What an archive may unpack to, counted as each header is read, so a member
+    declaring more than is allowed is refused before a byte of its data is inflated."""
+
+    def __init__(self, *, max_members: int, max_unpacked_bytes: int) -> None:
+        self.max_members = max_members
+        self.max_unpacked_bytes = max_unpacked_bytes
+        self.members = 0
+        self.total = 0
+
+    def add(self, raw_name: str, size: int) -> None:
+        self.members += 1
+        if self.members > self.max_members:
+            raise ArchiveError(f"more than {self.max_members} members")
+        self.total += max(size, 0)
+        if self.total > self.max_unpacked_bytes:
+            raise ArchiveError(
+                f"member {raw_name!r}: it unpacks to {self.total} bytes or more, more than "
+                f"the {self.max_unpacked_bytes} allowed"
+            )
+
+    def stream_limit(self) -> int:
+        """The most of the decompressed tar stream that may be read so far: the members'
+        data, room for their headers (long names and pax records included) and the
+        archive's end-of-archive blocks and record padding."""
+        return self.total + TAR_HEADER_ROOM * (self.members + 1) + TAR_TAIL_ROOM
+
+
+class _BoundedStream:
+    """The decompressed tar stream as `tarfile` reads it, refused (ArchiveError) the moment
+    a read or seek would go past `budget.stream_limit()`: skipping a member's data, a pax
+    header declaring gigabytes, or gigabytes of zeros after the end-of-archive blocks are
+    never inflated beyond that. `inflated` counts the bytes decompressed."""
+
+    def __init__(self, raw: IO[bytes], budget: _Budget) -> None:
+        self._raw = raw
+        self._budget = budget
+        self.inflated = 0
+
+    def _refuse(self) -> ArchiveError:
+        return ArchiveError(
+            "the tar stream is longer than its members account for (oversized headers or "
+            "data after the end of the archive)"
+        )
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def read(self, size: int | None = -1) -> bytes:
+        room = self._budget.stream_limit() - self._raw.tell()
+        want = room + 1 if size is None or size < 0 else min(size, room + 1)
+        data = self._raw.read(max(want, 0))
+        self.inflated += len(data)
+        if self._raw.tell() > self._budget.stream_limit():
+            raise self._refuse()
+        return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        target = offset if whence == os.SEEK_SET else self._raw.tell() + offset
+        if whence not in (os.SEEK_SET, os.SEEK_CUR) or target > self._budget.stream_limit():
+            raise self._refuse()
+        before = self._raw.tell()
+        position = self._raw.seek(target)
+        self.inflated += max(position - before, 0)
+        return position
+
+
+def _tar_members(
+    path: Path, *, max_members: int = MAX_MEMBERS, max_unpacked_bytes: int = MAX_UNPACKED_BYTES
+) -> list[tuple[Member, str]]:
+    """Members of a tar.gz with their raw names (to read them back). Each header's size is
+    counted as it is read (`_Budget`), and the stream is never inflated past what the
+    members seen so far account for (`_BoundedStream`)."""
     out: list[tuple[Member, str]] = []
+    budget = _Budget(max_members=max_members, max_unpacked_bytes=max_unpacked_bytes)
     try:
-        with tarfile.open(path, mode="r:gz") as archive:
-            for info in archive:
-                name = normalise_name(info.name)
-                if info.isreg():
-                    member = Member(name, FILE, info.size, _file_mode(info.mode), "")
-                elif info.isdir():
-                    member = Member(name, DIRECTORY, 0, _dir_mode(info.mode), "")
-                elif info.issym():
-                    member = Member(name, SYMLINK, 0, 0o777, info.linkname)
-                elif info.islnk():
-                    target = normalise_name(info.linkname, what=f"hard link {info.name!r} to")
-                    member = Member(name, HARDLINK, 0, 0, target)
-                else:
-                    raise ArchiveError(
-                        f"member {info.name!r}: only files, directories and links are allowed "
-                        "(no devices, FIFOs or sockets)"
-                    )
-                out.append((member, info.name))
-            # To the end of the gzip stream, so its CRC is checked too.
-            while archive.fileobj is not None and archive.fileobj.read(CHUNK_BYTES):
-                pass
+        with gzip.open(path, "rb") as inflated:
+            stream = _BoundedStream(inflated, budget)
+            with tarfile.open(fileobj=stream, mode="r:") as archive:  # type: ignore[call-overload]
+                for info in archive:
+                    # Before the next iteration seeks past this member's data.
+                    budget.add(info.name, info.size if info.isreg() else 0)
+                    out.append((_tar_member(info), info.name))
+                # To the end of the gzip stream, so its CRC is checked too.
+                while stream.read(CHUNK_BYTES):
+                    pass
     except ArchiveError:
         raise
     except READ_ERRORS as exc:
@@ -140,10 +207,35 @@ def _tar_members(path: Path) -> list[tuple[Member, str]]:
     return out
 
 
-def _zip_members(path: Path) -> list[tuple[Member, str]]:
+def _tar_member(info: tarfile.TarInfo) -> Member:
+    name = normalise_name(info.name)
+    if info.isreg():
+        return Member(name, FILE, info.size, _file_mode(info.mode), "")
+    if info.isdir():
+        return Member(name, DIRECTORY, 0, _dir_mode(info.mode), "")
+    if info.issym():
+        return Member(name, SYMLINK, 0, 0o777, info.linkname)
+    if info.islnk():
+        target = normalise_name(info.linkname, what=f"hard link {info.name!r} to")
+        return Member(name, HARDLINK, 0, 0, target)
+    raise ArchiveError(
+        f"member {info.name!r}: only files, directories and links are allowed "
+        "(no devices, FIFOs or sockets)"
+    )
+
+
+def _zip_members(
+    path: Path, *, max_members: int = MAX_MEMBERS, max_unpacked_bytes: int = MAX_UNPACKED_BYTES
+) -> list[tuple[Member, str]]:
+    """Members of a zip with their raw names. The sizes in the central directory are judged
+    before any member's data is read; reading a member never inflates past its declared
+    size (`zipfile` stops there and checks the CRC)."""
     out: list[tuple[Member, str]] = []
     try:
         with zipfile.ZipFile(path) as archive:
+            budget = _Budget(max_members=max_members, max_unpacked_bytes=max_unpacked_bytes)
+            for info in archive.infolist():
+                budget.add(info.filename, info.file_size)
             for info in archive.infolist():
                 name = normalise_name(info.filename)
                 if info.flag_bits & 0x1:
@@ -237,11 +329,14 @@ def _check(members: list[tuple[Member, str]], *, max_members: int, max_unpacked_
             files.add(member.name)
 
 
-def _read_members(path: Path, fmt: str) -> list[tuple[Member, str]]:
+def _read_members(
+    path: Path, fmt: str, *, max_members: int, max_unpacked_bytes: int
+) -> list[tuple[Member, str]]:
+    limits = {"max_members": max_members, "max_unpacked_bytes": max_unpacked_bytes}
     if fmt == FORMAT_TAR_GZ:
-        return _tar_members(path)
+        return _tar_members(path, **limits)
     if fmt == FORMAT_ZIP:
-        return _zip_members(path)
+        return _zip_members(path, **limits)
     raise ArchiveError("not a tar.gz or zip archive")
 
 
@@ -254,7 +349,9 @@ def check_archive(
 ) -> list[Member]:
     """Every member of the archive at `path`, checked against the rules; ArchiveError
     naming the first member that breaks one."""
-    members = _read_members(path, fmt)
+    members = _read_members(
+        path, fmt, max_members=max_members, max_unpacked_bytes=max_unpacked_bytes
+    )
     _check(members, max_members=max_members, max_unpacked_bytes=max_unpacked_bytes)
     return [member for member, _ in members]
 
@@ -325,7 +422,9 @@ def extract(
     must be new or empty. Files and directories first, links last, so nothing is written
     through a link; hard links become copies. ArchiveError or OSError on failure (what was
     unpacked is left for the caller to remove)."""
-    entries = _read_members(path, fmt)
+    entries = _read_members(
+        path, fmt, max_members=max_members, max_unpacked_bytes=max_unpacked_bytes
+    )
     _check(entries, max_members=max_members, max_unpacked_bytes=max_unpacked_bytes)
     dest.mkdir(parents=True, exist_ok=True)
     if any(dest.iterdir()):

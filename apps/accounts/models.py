@@ -27,6 +27,9 @@ class Organization(models.Model):
     # Compute spends real money, so it is a fail-closed allow-list: off until an operator
     # turns it on.
     compute_enabled = models.BooleanField(default=False)
+    # Bytes of workdirs, datasets and artifacts it may store (apps.accounts.storage); empty
+    # for ORG_STORAGE_QUOTA_BYTES, 0 for no quota.
+    storage_quota_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

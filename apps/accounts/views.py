@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db import connection
@@ -10,7 +11,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_POST
 
-from apps.accounts import services
+from apps.accounts import services, storage
 from apps.accounts.forms import ApiKeyCreateForm
 from apps.accounts.models import ApiKey, Role
 from apps.accounts.tenancy import default_membership, membership_for_slug, remember_org
@@ -67,6 +68,8 @@ def org_settings(request: HttpRequest, org_slug: str) -> HttpResponse:
         "form": form,
         "new_key": new_key,
         "keys": ApiKey.objects.filter(organization=org).select_related("created_by"),
+        "storage": storage.storage_usage(org),
+        "workdir_retention_days": settings.WORKDIR_RETENTION_DAYS,
     }
     return TemplateResponse(request, "accounts/org_settings.html", context)
 

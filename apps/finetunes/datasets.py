@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 
+from apps.accounts.models import Organization
 from apps.core.errors import InvalidRequest
 from apps.finetunes.models import Dataset
 from apps.projects.models import Project
@@ -46,3 +47,11 @@ def check_dataset(*, project: Project, dataset: str, dataset_format: str | None)
             param="dataset_format",
         )
     return found.dataset_format
+
+
+def bytes_stored(organization: Organization) -> int:
+    """Bytes of the organization's uploaded datasets (its storage quota counts them)."""
+    total = Dataset.objects.filter(project__organization=organization).aggregate(
+        total=Sum("size_bytes")
+    )["total"]
+    return total or 0

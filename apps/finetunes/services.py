@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models.fields.json import KT
 from django.utils.text import get_valid_filename
 
+from apps.accounts import storage
 from apps.accounts.models import User
 from apps.core.errors import Conflict
 from apps.core.stored_files import open_stream
@@ -118,11 +119,16 @@ def dataset_upload(
 
     Raises DatasetInvalid (nothing stored) when the file has another suffix, is not UTF-8, a
     line is not JSON or CSV, or a row does not fit the format, and DatasetTooLarge when it is
-    over DATASET_MAX_BYTES. Rows are numbered as the trainer numbers them: JSONL by line
-    (blank lines skipped), CSV by data row."""
+    over DATASET_MAX_BYTES; QuotaExceeded (an API error, 413 `quota_exceeded`) when it does
+    not fit in the organization's storage quota (judged before the rows are read, and again
+    under the organization's row lock before it is stored). Rows are numbered as the
+    trainer numbers them: JSONL by line (blank lines skipped), CSV by data row."""
     size = getattr(upload, "size", None)
     if size is not None and size > dataset_max_bytes():
         raise DatasetTooLarge(too_large_message(size))
+    organization = project.organization
+    if size is not None:
+        storage.check_room(organization, size, what="dataset", param="file")
     filename = clean_filename(upload.name or "")
     suffix = "." + filename.rsplit(".", 1)[-1].lower() if "." in filename else ""
     if suffix not in DATASET_SUFFIXES:
@@ -139,6 +145,8 @@ def dataset_upload(
     )
     upload.seek(0)
     with transaction.atomic():
+        storage.lock_for_storage(organization)
+        storage.check_room(organization, checked.size_bytes, what="dataset", param="file")
         dataset.file.save(filename, upload, save=False)
         try:
             dataset.save()

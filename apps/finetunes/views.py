@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from apps.accounts.models import Role
+from apps.accounts.storage import QuotaExceeded
 from apps.accounts.tenancy import membership_for_slug
 from apps.finetunes import services
 from apps.finetunes.demo import demo_finetune_initial
@@ -55,6 +56,9 @@ def project_datasets(request: HttpRequest, org_slug: str, project_slug: str) -> 
         except services.DatasetInvalid as error:
             form.add_error("file", str(error))
             status = 413 if isinstance(error, services.DatasetTooLarge) else 400
+        except QuotaExceeded as error:
+            form.add_error("file", str(error.detail))
+            status = 413
         else:
             return redirect(
                 "project-dataset",

@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import math
 import re
-from datetime import UTC
+from datetime import UTC, datetime
 
 from django.db.models import Count, Prefetch, Q, Sum, prefetch_related_objects
+from django.db.models.fields.json import KT
 from django.http import Http404
 
 from apps.accounts.models import Organization
 from apps.core.errors import InvalidRequest
 from apps.core.pagination import MAX_ID, PageRequest, created_page, encode_cursor, id_page
-from apps.jobs.models import Attempt, Job, JobCounter, JobEvent, LogLine, MetricSample
-from apps.jobs.states import JobState
+from apps.jobs.models import (
+    Artifact,
+    Attempt,
+    Job,
+    JobCounter,
+    JobEvent,
+    LogLine,
+    MetricSample,
+)
+from apps.jobs.states import TERMINAL_STATES, JobState
 from apps.projects.models import Project
 
 
@@ -184,3 +193,41 @@ def metric_page(
         return rows, None, total
     rows = rows[: page.limit]
     return rows, encode_cursor([rows[-1].step, rows[-1].id]), total
+
+
+# Storage hooks, found by dotted path from the apps below `jobs` that need them
+# (apps.accounts.storage, apps.workdirs.services): they cannot import this module.
+
+
+def artifact_bytes_stored(organization: Organization) -> int:
+    """Bytes of the organization's checkpoints and adapters (its storage quota counts them)."""
+    return (
+        Artifact.objects.filter(job__organization=organization).aggregate(total=Sum("size_bytes"))[
+            "total"
+        ]
+        or 0
+    )
+
+
+def live_job_naming_workdir(organization_id: int, workdir_id: str) -> Job | None:
+    """The oldest job of the organization that has not ended and names the code archive
+    `workdir_id` as its `container.workdir` (its next attempt downloads it)."""
+    return (
+        Job.objects.filter(organization_id=organization_id, spec__container__workdir=workdir_id)
+        .exclude(state__in=TERMINAL_STATES)
+        .order_by("created_at", "id")
+        .first()
+    )
+
+
+def workdirs_in_use(since: datetime) -> set[tuple[int, str]]:
+    """(organization id, workdir id) of every code archive that a job created at or after
+    `since`, or a job that has not ended, names."""
+    named = (
+        Job.objects.filter(spec__container__has_key="workdir")
+        .filter(Q(created_at__gte=since) | ~Q(state__in=TERMINAL_STATES))
+        .annotate(workdir_id=KT("spec__container__workdir"))
+        .values_list("organization_id", "workdir_id")
+        .distinct()
+    )
+    return {(org_id, workdir_id) for org_id, workdir_id in named if workdir_id}

@@ -3,6 +3,8 @@ not there for it)."""
 
 from __future__ import annotations
 
+from django.db.models import Sum
+
 from apps.accounts.models import Organization
 from apps.core.errors import InvalidRequest, NotFound
 from apps.workdirs.models import Workdir
@@ -29,3 +31,9 @@ def validate_workdir_ref(*, organization: Organization, workdir_id: str | None) 
             "POST /api/v1/compute/workdirs.",
             param=WORKDIR_PARAM,
         )
+
+
+def bytes_stored(organization: Organization) -> int:
+    """Bytes of the organization's code archives as stored (its storage quota counts them)."""
+    total = Workdir.objects.for_org(organization).aggregate(total=Sum("size_bytes"))["total"]
+    return total or 0

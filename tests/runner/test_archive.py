@@ -3,6 +3,7 @@ unpacking (nothing written outside the destination, links out refused, no specia
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import stat
@@ -228,3 +229,64 @@ def test_a_tar_gz_with_damaged_data_is_refused_not_crashed_on(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(ArchiveError, match=r"not a readable tar\.gz"):
         check_archive(path, "tar.gz")
+
+
+def _tar_gz_declaring(path: Path, size: int, data: bytes = b"", tail: bytes = b"") -> Path:
+    """A tar.gz whose one member's header declares `size` bytes but whose stream then holds
+    only `data` (and `tail`): whatever reads past the header finds the stream cut short."""
+    info = tarfile.TarInfo("big.bin")
+    info.size = size
+    path.write_bytes(gzip.compress(info.tobuf(format=tarfile.GNU_FORMAT) + data + tail))
+    return path
+
+
+def test_a_tar_member_declaring_too_much_is_refused_at_its_header(tmp_path):
+    # 3 GiB declared, 1 MiB of it present: judged by the header, the missing data is never
+    # looked for (reading on would end in "unexpected end of data" instead).
+    archive = _tar_gz_declaring(tmp_path / "a.tgz", 3 * 1024**3, b"\0" * 1024**2)
+    for check in (
+        check_archive,
+        lambda path, fmt, **limits: extract(path, fmt, tmp_path / "o", **limits),
+    ):
+        with pytest.raises(ArchiveError) as refused:
+            check(archive, "tar.gz", max_unpacked_bytes=2 * 1024**3)
+        assert str(refused.value) == (
+            "member 'big.bin': it unpacks to 3221225472 bytes or more, more than the "
+            f"{2 * 1024**3} allowed"
+        )
+
+
+def test_the_running_total_refuses_the_member_that_passes_the_limit(tmp_path):
+    archive = make_tar(tmp_path / "a.tgz", [("file", f"f{i}", b"x" * 100) for i in range(5)])
+    with pytest.raises(ArchiveError, match="member 'f3': it unpacks to 400 bytes or more"):
+        check_archive(archive, "tar.gz", max_unpacked_bytes=399)
+
+
+def test_gigabytes_after_the_end_of_a_tar_are_not_inflated(tmp_path):
+    # A tiny member, the end-of-archive blocks, then 8 MiB of zeros in the same gzip stream
+    # (kilobytes compressed): reading the stream "to its end" would inflate all of it.
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w") as tar:
+        info = tarfile.TarInfo("a.txt")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    archive = tmp_path / "tail.tgz"
+    archive.write_bytes(gzip.compress(plain.getvalue() + b"\0" * (8 * 1024**2)))
+    with pytest.raises(ArchiveError, match="longer than its members account for"):
+        check_archive(archive, "tar.gz", max_unpacked_bytes=1024**2)
+
+
+def test_a_zip_is_judged_by_its_central_directory_before_any_data_is_read(tmp_path):
+    path = make_zip(tmp_path / "a.zip", [("file", "big.bin", b"x" * 1000)])
+    raw = bytearray(path.read_bytes())
+    # Declare 3 GiB in both headers; the 1000 stored bytes stay, so reading the data would
+    # end in a damaged (short) member rather than in the size rule.
+    for signature, at in ((b"PK\x03\x04", 22), (b"PK\x01\x02", 24)):
+        start = raw.index(signature)
+        raw[start + at : start + at + 4] = (3 * 1024**3).to_bytes(4, "little")
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ArchiveError, match=r"member 'big\.bin': it unpacks to 3221225472 bytes"):
+        check_archive(path, "zip", max_unpacked_bytes=2 * 1024**3)
+    many = make_zip(tmp_path / "many.zip", [("file", f"f{i}", b"") for i in range(5)])
+    with pytest.raises(ArchiveError, match="more than 4 members"):
+        check_archive(many, "zip", max_members=4)

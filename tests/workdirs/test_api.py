@@ -4,9 +4,11 @@ nothing behind. Jobs name an archive of their own organization only."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
+import tarfile
 import uuid
 from pathlib import Path
 
@@ -220,3 +222,24 @@ def test_the_job_page_shows_the_jobs_code(api_client_for, client_for, member, or
     plain = _create_job(client).json()
     body = client_for(member).get(f"/o/acme/jobs/{plain['id']}/").content.decode()
     assert "<dt>Code</dt>" not in body
+
+
+def test_a_member_declaring_gigabytes_is_refused_at_its_header(api_client_for, org, media):
+    # T3-6: a tar.gz whose first header declares 3 GiB. Its data is cut after 1 MiB of
+    # zeros, so only an upload judged by the header names the limit; one that inflated the
+    # member before judging would fail on the missing data instead.
+    info = tarfile.TarInfo("zeros.bin")
+    info.size = 3 * 1024**3
+    body = gzip.compress(info.tobuf(format=tarfile.GNU_FORMAT) + b"\0" * 1024**2)
+    assert len(body) < 10_000
+
+    response = api_client_for(org).generic("POST", URL, body, content_type="application/gzip")
+
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request", "file")
+    assert error["message"] == (
+        "The tar.gz archive is refused: member 'zeros.bin': it unpacks to 3221225472 bytes or "
+        "more, more than the 2147483648 allowed."
+    )
+    assert Workdir.objects.count() == 0 and _stored_files(media) == []

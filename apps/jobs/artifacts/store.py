@@ -15,6 +15,11 @@ Rules that hold here:
   larger announced Content-Length before reading; here the bytes are counted as they
   stream (a chunked body announces nothing), and the first byte past the limit ends the
   read: what was stored is deleted, no row is written, and `artifact_refused` says why.
+- Artifacts count against the organization's storage quota (apps.accounts.storage): an
+  upload that cannot fit (by its announced size, or once the quota is used up) is refused
+  before its body is read, one whose bytes pass the room left is cut off as they stream,
+  and the last check runs under the organization's row lock with the row's insert: 413
+  `quota_exceeded` (recorded on the job like ARTIFACT_MAX_BYTES; the runner gives it up).
 - A job may hold at most `MAX_ARTIFACTS_PER_JOB` artifacts (all attempts together): past it
   a new upload is refused before its body is read (413 `too_many_artifacts`; the runner
   gives a 413 up at once and says so in the job's log). A repeat of a stored one still
@@ -33,6 +38,7 @@ from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 from django.urls import reverse
 
+from apps.accounts import storage
 from apps.core.errors import InvalidRequest, PayloadTooLarge
 from apps.jobs import services
 from apps.jobs.events import JobEventType
@@ -169,6 +175,44 @@ def artifact_refuse(
     return ArtifactTooLarge(message, param="Content-Length")
 
 
+def artifact_refuse_quota(
+    *, attempt: Attempt, kind: str, step: int | None, size: int | None
+) -> storage.QuotaExceeded:
+    """The QuotaExceeded to raise for an upload that does not fit in the organization's
+    storage quota (`size` None: more than the room left), recorded on the job as
+    `artifact_refused` and a system log line, like an upload over ARTIFACT_MAX_BYTES."""
+    organization = attempt.job.organization
+    usage = storage.storage_usage(organization)
+    adding = size if size is not None else (usage.room_bytes or 0) + 1
+    try:
+        storage.check_room(organization, adding, what=kind, param="Content-Length")
+    except storage.QuotaExceeded as error:
+        refusal = error
+    else:  # room was made meanwhile; refuse this upload all the same, it was not read
+        refusal = storage.QuotaExceeded(param="Content-Length")
+    message = str(refusal.detail)
+    with transaction.atomic():
+        services.record_event(
+            job=attempt.job,
+            attempt=attempt.number,
+            type=JobEventType.ARTIFACT_REFUSED,
+            message=message,
+            data={
+                "kind": kind,
+                "step": step,
+                "size_bytes": size,
+                "quota_bytes": usage.quota_bytes,
+                "used_bytes": usage.used_bytes,
+            },
+        )
+        services.system_log(job=attempt.job, attempt=attempt.number, message=message)
+    return refusal
+
+
+def _quota_room(attempt: Attempt) -> int | None:
+    return storage.storage_usage(attempt.job.organization).room_bytes
+
+
 class _HashingReader:
     """Reads `fileobj` for the storage backend, hashing and counting on the way. Past
     `limit` bytes it reports end of file and sets `too_large`, so the storage stops writing."""
@@ -212,7 +256,13 @@ class _StreamFile(File):
 
 
 def artifact_store(
-    *, attempt: Attempt, kind: str, step: int | None, fileobj: IO[bytes], sha256: str
+    *,
+    attempt: Attempt,
+    kind: str,
+    step: int | None,
+    fileobj: IO[bytes],
+    sha256: str,
+    announced: int | None = None,
 ) -> Artifact:
     """Store an uploaded tar.gz as the attempt's artifact and record its event.
 
@@ -221,8 +271,10 @@ def artifact_store(
     and `fileobj` is not read (a retried upload stores nothing twice, even with other bytes).
     Raises InvalidRequest for a bad key, TooManyArtifacts when the job holds
     MAX_ARTIFACTS_PER_JOB already (before anything is read), Sha256Mismatch when the bytes
-    do not hash to `sha256`, and ArtifactTooLarge past ARTIFACT_MAX_BYTES (recorded on the
-    job): then nothing is stored (what was streamed is deleted again).
+    do not hash to `sha256`, ArtifactTooLarge past ARTIFACT_MAX_BYTES and QuotaExceeded
+    past the organization's storage quota (`announced`, the body's Content-Length when
+    known, is judged before reading; both recorded on the job): then nothing is stored
+    (what was streamed is deleted again).
 
     The file is written before its row: a process that dies between the two leaves a file
     no row names (the next upload of that key picks a free name beside it), never a row
@@ -235,11 +287,17 @@ def artifact_store(
         return existing
     check_artifact_room(attempt.job_id)
     job = attempt.job
-    reader = _HashingReader(fileobj, artifact_max_bytes())
+    room = _quota_room(attempt)
+    if room is not None and (room == 0 or (announced is not None and announced > room)):
+        raise artifact_refuse_quota(attempt=attempt, kind=kind, step=step, size=announced)
+    limit = artifact_max_bytes() if room is None else min(artifact_max_bytes(), room)
+    reader = _HashingReader(fileobj, limit)
     path = artifact_storage_path(job=job, attempt=attempt.number, kind=kind, step=step)
     stored_path = default_storage.save(path, _StreamFile(reader, path))
     if reader.too_large:
         default_storage.delete(stored_path)
+        if limit < artifact_max_bytes():
+            raise artifact_refuse_quota(attempt=attempt, kind=kind, step=step, size=None)
         raise artifact_refuse(attempt=attempt, kind=kind, step=step)
     if reader.digest.hexdigest() != sha256:
         default_storage.delete(stored_path)
@@ -249,6 +307,8 @@ def artifact_store(
         )
     try:
         with transaction.atomic():
+            storage.lock_for_storage(job.organization)
+            storage.check_room(job.organization, reader.size, what=kind, param="Content-Length")
             artifact = Artifact.objects.create(
                 job=job,
                 attempt=attempt.number,
@@ -259,6 +319,11 @@ def artifact_store(
                 storage_path=stored_path,
             )
             _record(job, attempt, artifact)
+    except storage.QuotaExceeded:
+        default_storage.delete(stored_path)
+        raise artifact_refuse_quota(
+            attempt=attempt, kind=kind, step=step, size=reader.size
+        ) from None
     except IntegrityError:
         winner = artifact_find(attempt=attempt, kind=kind, step=step)
         # An object store cannot create a name exclusively: two racing uploads may both

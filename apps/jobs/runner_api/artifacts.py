@@ -73,7 +73,12 @@ def upload(request: HttpRequest, attempt: Attempt) -> JsonResponse:
         raise store.artifact_refuse(attempt=attempt, kind=kind, step=step, size=announced)
     # Two identical uploads racing each other may both be answered 201, with the same id.
     stored = store.artifact_store(
-        attempt=attempt, kind=kind, step=step, fileobj=request, sha256=sha256
+        attempt=attempt,
+        kind=kind,
+        step=step,
+        fileobj=request,
+        sha256=sha256,
+        announced=announced,
     )
     return JsonResponse(_out(stored), status=201)
 
