@@ -439,7 +439,11 @@ def _catalog_seeded(request):
         return
     request.getfixturevalue("_django_db_helper")
     if not Accelerator.objects.exists():
-        for name in ("0002_seed_accelerators", "0004_seed_local_offer"):
+        for name in (
+            "0002_seed_accelerators",
+            "0004_seed_local_offer",
+            "0005_accelerator_reference_price",
+        ):
             importlib.import_module(f"apps.catalog.migrations.{name}").seed(django_apps, None)
 
 

@@ -5,11 +5,15 @@ spend approaches them.
   its first day; `lifetime` counts all spend.
 - Spend is the posted usage in scope since the period began (usage is posted as minutes
   are billed, so it lags the truth by at most one reconcile pass).
-- Actions: `alert` only notifies; `block` refuses new jobs in scope once spend reaches the
-  limit (402 `budget_exceeded`); `terminate` does that too, and ends running and waiting
-  jobs in scope (`budget_exhausted`) before spend can pass the limit by more than one
-  minute's price: it acts when what is left would not last until the pass after next.
-- An organization whose balance would not last until then is treated like a terminate
+- Actions: `alert` only notifies; `block` refuses new jobs in scope once what is left would
+  not pay one minute of the job at the cheapest price it could run at (402
+  `budget_exceeded`); `terminate` does that too, refuses the allocation of a job whose
+  first minute it cannot pay (the job ends `budget_exhausted`, unallocated), and ends
+  running and waiting jobs in scope (`budget_exhausted`) once what is left would not pay
+  the minutes its running jobs accrue until the next pass. A running job then ends at the
+  end of the last minute the budget can pay for (`Exhausted.minutes_left` more, each),
+  never inside a minute it paid for; its billing stops there.
+- An organization whose balance would not pay those minutes is treated like a terminate
   budget on the whole organization.
 - Each threshold (default 50, 80 and 100 %) is noticed once per budget and period: a
   `BudgetNotice` row (the unique constraint decides between racing passes), then an email
@@ -19,6 +23,7 @@ spend approaches them.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -32,7 +37,7 @@ from apps.accounts.models import Membership, Role
 from apps.billing import ledger, live
 from apps.billing.errors import BudgetExceeded
 from apps.billing.models import Budget, BudgetNotice, Transfer
-from apps.billing.usage import burn_rates
+from apps.billing.usage import burn_micros_hr, burn_rates, cost_micros
 from apps.core.money import format_usd
 from apps.core.transactions import after_commit
 
@@ -74,9 +79,11 @@ def in_scope(project_id: int | None) -> Q:
     return scope
 
 
-def check_create(*, organization_id: int, project_id: int) -> None:
+def check_create(*, organization_id: int, project_id: int, first_minute_micros: int = 0) -> None:
     """Refuse a new job (402 `budget_exceeded`) when a blocking or terminating budget over
-    its organization or project is spent."""
+    its organization or project is spent, or has less left than `first_minute_micros` (the
+    job's first billed minute at the cheapest price it could run at: not even one minute of
+    it would fit)."""
     budgets = Budget.objects.filter(organization_id=organization_id).filter(
         in_scope(project_id), action__in=[Budget.Action.BLOCK, Budget.Action.TERMINATE]
     )
@@ -88,6 +95,38 @@ def check_create(*, organization_id: int, project_id: int) -> None:
                 f"{format_usd(budget.limit_micros)} this {_period_word(budget)}. "
                 "Raise the budget or wait for the next period."
             )
+        left = budget.limit_micros - spent
+        if left < first_minute_micros:
+            raise BudgetExceeded(
+                f"The {describe(budget)} has {format_usd(left)} left this "
+                f"{_period_word(budget)}, less than one minute of this job "
+                f"({format_usd(first_minute_micros)} at the cheapest price it could run at). "
+                "Raise the budget or wait for the next period."
+            )
+
+
+def refuse_allocation(*, organization_id: int, project_id: int, price_micros_hr: int) -> str:
+    """Why a job of the project may not be allocated at `price_micros_hr` (its whole
+    allocation per hour): a terminate budget over it that cannot pay the job's first minute
+    on top of what the scope's running jobs accrue until the next pass. "" when none
+    refuses it. Allocation bills a minute at once, so a job it refused never runs."""
+    budgets = list(
+        Budget.objects.filter(
+            organization_id=organization_id, action=Budget.Action.TERMINATE
+        ).filter(in_scope(project_id))
+    )
+    first_minute = cost_micros(1, price_micros_hr)
+    for budget in budgets:
+        rate = burn_micros_hr(organization_id, budget.project_id)
+        left = budget.limit_micros - spent_micros(budget)
+        promised = math.ceil(rate * lookahead_minutes() / 60)
+        if left - promised < first_minute:
+            return (
+                f"The {describe(budget)} has {format_usd(max(left, 0))} left, "
+                f"{format_usd(max(promised, 0))} of it for the jobs running now: not "
+                f"one minute of this job ({format_usd(first_minute)})."
+            )
+    return ""
 
 
 def describe(budget: Budget) -> str:
@@ -101,17 +140,28 @@ def _period_word(budget: Budget) -> str:
 
 @dataclass(frozen=True)
 class Exhausted:
-    """A scope whose jobs must end `budget_exhausted` (project None: the whole organization)."""
+    """A scope whose jobs must end `budget_exhausted` (project None: the whole organization):
+    waiting ones now, running ones at the end of their paid minutes plus `minutes_left`
+    more (what is left pays that many more minutes of every running job in the scope)."""
 
     organization_id: int
     project_id: int | None
     why: str
+    minutes_left: int = 0
 
 
-def horizon_s() -> float:
-    """Accounted seconds a terminate decision must look ahead: the time until the pass after
-    this one, plus the minute a job's last attempt may still be billed."""
-    return settings.RECONCILE_INTERVAL_S * settings.TRAINYARD_CLOCK_SCALE + 60
+def lookahead_minutes() -> int:
+    """Whole minutes a running job may accrue (each billed as it completes) before the next
+    pass can act: the accounted time between two passes, rounded up, at least one."""
+    return max(1, math.ceil(settings.RECONCILE_INTERVAL_S * settings.TRAINYARD_CLOCK_SCALE / 60))
+
+
+def minutes_affordable(left_micros: int, burn_micros_hr: int) -> int:
+    """How many more minutes of every job of a scope burning `burn_micros_hr` the scope's
+    `left_micros` pays for (a large number when it burns nothing)."""
+    if burn_micros_hr <= 0:
+        return 0 if left_micros < 0 else 1 << 30
+    return max(0, left_micros * 60 // burn_micros_hr)
 
 
 def evaluate(now: datetime | None = None) -> list[Exhausted]:
@@ -124,7 +174,7 @@ def evaluate(now: datetime | None = None) -> list[Exhausted]:
     wallets of the organizations that burn. Writes only the notices newly due."""
     now = now or timezone.now()
     exhausted: list[Exhausted] = []
-    ahead = horizon_s() / 3600
+    ahead = lookahead_minutes()
     burn: dict[int, dict[int, int]] = {}
     for (organization_id, project_id), rate in burn_rates().items():
         burn.setdefault(organization_id, {})[project_id] = rate
@@ -138,24 +188,28 @@ def evaluate(now: datetime | None = None) -> list[Exhausted]:
         if budget.action != Budget.Action.TERMINATE:
             continue
         rate = _burn_in(burn, budget.organization_id, budget.project_id)
-        if used >= budget.limit_micros or budget.limit_micros - used < rate * ahead:
+        minutes = minutes_affordable(budget.limit_micros - used, rate)
+        if used >= budget.limit_micros or minutes < ahead:
             exhausted.append(
                 Exhausted(
                     budget.organization_id,
                     budget.project_id,
                     f"The {describe(budget)} is spent ({format_usd(used)} of "
                     f"{format_usd(budget.limit_micros)}).",
+                    minutes,
                 )
             )
     balances = ledger.balances(burn)  # the organizations with an open meter
     for organization_id in sorted(burn):
         left = balances[organization_id].balance_micros
-        if left < _burn_in(burn, organization_id, None) * ahead:
+        minutes = minutes_affordable(left, _burn_in(burn, organization_id, None))
+        if minutes < ahead:
             exhausted.append(
                 Exhausted(
                     organization_id,
                     None,
                     f"The organization's balance is exhausted ({format_usd(left)} left).",
+                    minutes,
                 )
             )
     return exhausted

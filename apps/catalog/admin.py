@@ -20,8 +20,13 @@ CHECKED_KINDS = {Provider.Kind.SSH, Provider.Kind.SLURM}
 
 @admin.register(Accelerator)
 class AcceleratorAdmin(admin.ModelAdmin):
-    list_display = ["name", "display_name", "vendor", "memory_gb"]
+    list_display = ["name", "display_name", "vendor", "memory_gb", "reference_usd_per_gpu_hour"]
     search_fields = ["name", "display_name"]
+
+    @admin.display(description="Reference $/GPU-hour")
+    def reference_usd_per_gpu_hour(self, accelerator: Accelerator) -> str:
+        price = accelerator.reference_price_per_gpu_hour_micros
+        return "-" if price is None else format_usd(price)
 
 
 @admin.register(Offer)

@@ -15,6 +15,14 @@ class Accelerator(models.Model):
     memory_gb = models.PositiveIntegerField(default=0)
     gpu_counts = models.JSONField(default=list)
     interconnects = models.JSONField(default=list)
+    # What a job for it holds per GPU-hour while no enabled offer could run it (a list
+    # price); None: such a job must name its own ceiling (`limits.max_price_usd_hr`).
+    reference_price_per_gpu_hour_micros = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Reference price per GPU-hour in micro-dollars: what a job for this "
+        "accelerator holds while no enabled offer could run it.",
+    )
 
     class Meta:
         ordering = ["name"]

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from apps.accounts.models import ApiKey, Organization, User
 from apps.billing import budgets as billing_budgets
-from apps.billing import holds
+from apps.billing import holds, usage
 from apps.core.api_errors import first_validation_error
 from apps.core.errors import ApiError, Conflict, InvalidRequest, NotFound
 from apps.core.transactions import atomic_joining
@@ -179,7 +179,7 @@ def _create(
     transaction; a taken Idempotency-Key raises IntegrityError at the job's INSERT."""
     spec = validate_job_request(organization=organization, payload=payload)
     project = _project_for(organization, spec.pop("project"))
-    hold_micros = hold_for(spec)
+    hold_micros, first_minute_micros = _pricing(spec)
     with transaction.atomic():
         job = Job.objects.create(
             organization=organization,
@@ -208,7 +208,11 @@ def _create(
             state_changed=True,
             seq=job.live_seq,
         )
-        billing_budgets.check_create(organization_id=organization.pk, project_id=project.pk)
+        billing_budgets.check_create(
+            organization_id=organization.pk,
+            project_id=project.pk,
+            first_minute_micros=first_minute_micros,
+        )
         _check_waiting_limit(organization)
         holds.place_hold(
             organization_id=organization.pk,
@@ -226,8 +230,14 @@ def _create(
 
 def hold_for(spec: dict) -> int:
     """What a job of this normalised spec holds at submit (forms show it beside the quote);
-    raises BidTooLow for a ceiling no offer
-    that could run it can ever meet."""
+    raises BidTooLow for a ceiling no offer that could run it can ever meet, NoPrice when
+    nothing prices it."""
+    return _pricing(spec)[0]
+
+
+def _pricing(spec: dict) -> tuple[int, int]:
+    """The job's hold at submit, and what its first billed minute costs at the cheapest
+    price it could run at (a budget that cannot pay that refuses the job)."""
     compute, limits = spec["compute"], spec["limits"]
     band = ceilings.band_for(
         accelerator=compute["accelerator"],
@@ -235,11 +245,15 @@ def hold_for(spec: dict) -> int:
         priority_class=spec["priority_class"],
     )
     ceilings.check_ceiling(limits["max_price_micros_hr"], band)
-    return holds.hold_amount(
-        ceiling_micros_per_gpu_hr=ceilings.hold_ceiling(limits["max_price_micros_hr"], band),
+    hold = holds.hold_amount(
+        ceiling_micros_per_gpu_hr=ceilings.hold_ceiling(
+            limits["max_price_micros_hr"], band, accelerator=compute["accelerator"]
+        ),
         gpu_count=compute["gpu_count"],
         max_cost_micros=limits["max_cost_micros"],
     )
+    cheapest = ceilings.cheapest_price(limits["max_price_micros_hr"], band)
+    return hold, usage.cost_micros(1, cheapest * compute["gpu_count"])
 
 
 def _job_for_key(organization: Organization, key: str, digest: str) -> Job | None:

@@ -66,13 +66,19 @@ def test_a_terminate_budget_ends_the_jobs_in_its_scope_with_budget_exhausted(org
     settings.RECONCILE_INTERVAL_S = 5
     _budget(org, 1_000_000, action="terminate")
     job = _dear_job(org)
-    _allocated(job, 0.5)  # $60/h: the first minute ($1) is billed at allocation
-    waiting = make_job(org)  # not placed yet: ended too, it could only spend more
+    attempt = _allocated(job, 0.5)  # $60/h: the first minute ($1) is billed at allocation
+    waiting = make_job(org)  # not placed yet: ended now, it could only spend more
     reconcile()
     job.refresh_from_db()
     waiting.refresh_from_db()
-    assert (job.state, job.reason) == (JobState.TERMINATING, "budget_exhausted")
     assert (waiting.state, waiting.reason) == (JobState.TERMINATED, "budget_exhausted")
+    assert (job.state, job.reason) == (JobState.ALLOCATING, None)  # inside its paid minute
+    Attempt.objects.filter(pk=attempt.pk).update(
+        billing_started_at=timezone.now() - timedelta(minutes=1.1)
+    )
+    reconcile()  # its paid minute is over
+    job.refresh_from_db()
+    assert (job.state, job.reason) == (JobState.TERMINATING, "budget_exhausted")
     assert job.accrued_micros == 1_000_000  # and billing stopped there
     assert (
         "budget of the organization is spent" in job.events.get(type="terminate_requested").message
@@ -101,9 +107,9 @@ def test_terminate_acts_ahead_when_what_is_left_would_not_last_until_the_next_pa
 
 def test_a_project_budget_ends_only_that_projects_jobs(org, dear):
     spender, other = ProjectFactory(organization=org), ProjectFactory(organization=org)
-    _budget(org, 500_000, action="terminate", project=spender)
+    _budget(org, 1_500_000, action="terminate", project=spender)
     mine = _dear_job(org, project=spender.public_id)
-    _allocated(mine, 1)
+    _allocated(mine, 2.1)  # $2 billed
     theirs = make_job(org, project=other.public_id)
     reconcile()
     mine.refresh_from_db()
@@ -116,7 +122,7 @@ def test_an_exhausted_balance_behaves_like_a_terminate_budget(dear, settings):
     settings.RECONCILE_INTERVAL_S = 5
     org = OrganizationFactory(credits_usd=125)
     job = _dear_job(org)  # holds $120: two hours at $60
-    _allocated(job, 124.5)  # $124 spent, $1 left: less than 65 s at $1 a minute
+    _allocated(job, 125.5)  # $125 spent, nothing left for the minute it is in
     reconcile()
     job.refresh_from_db()
     assert (job.state, job.reason) == (JobState.TERMINATING, "budget_exhausted")

@@ -17,12 +17,14 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from apps.billing import budgets as billing_budgets
 from apps.core import leases
 from apps.core.money import format_usd, micros_to_usd
 from apps.jobs import services
 from apps.jobs.events import JobEventType
 from apps.jobs.execution import preemption
 from apps.jobs.execution.attempts import current_attempt, end_attempt, open_meter
+from apps.jobs.execution.limits import BUDGET_EXHAUSTED
 from apps.jobs.execution.placement import lock_offer_with_capacity
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt, Job, JobEvent
@@ -92,9 +94,11 @@ def _count_delivery(job_id: int) -> bool:
 def allocate(job_id: int, *, provision: bool = False) -> Attempt | None:
     """Place a waiting job on the cheapest offer with room: create its Attempt with the
     price captured now (billing starts here) and move it to `allocating` (a preempted job
-    goes back through `requested`). Without capacity a standard job displaces a preemptible
-    one (apps.jobs.execution.preemption) and waits for its place; a new job that still finds none
-    after NO_CAPACITY_TIMEOUT_S fails `no_capacity`. A preempted job keeps waiting.
+    goes back through `requested`). A terminate budget over the job that cannot pay its first
+    minute at the offer's price ends it `budget_exhausted` instead. Without capacity a
+    standard job displaces a preemptible one (apps.jobs.execution.preemption) and waits for
+    its place; a new job that still finds none after NO_CAPACITY_TIMEOUT_S fails
+    `no_capacity`. A preempted job keeps waiting.
 
     `provision`: move on to `provisioning` in the same transaction, for a launch that
     follows at once (`dispatch`, with the attempt returned, its job loaded): what `launch`
@@ -112,6 +116,16 @@ def allocate(job_id: int, *, provision: bool = False) -> Attempt | None:
             _wait_for_capacity(job, now)
             return None
         offer = placement.offer
+        refused = billing_budgets.refuse_allocation(
+            organization_id=job.organization_id,
+            project_id=job.project_id,
+            price_micros_hr=offer.price_per_gpu_hour_micros * job.gpu_count,
+        )
+        if refused:
+            # Allocation bills a minute at once: a budget that cannot pay it ends the job
+            # here, before it holds anything.
+            services.job_terminate(job=job, reason=BUDGET_EXHAUSTED, message=refused)
+            return None
         write = JobWrite(job)
         if job.state == JobState.PREEMPTED:
             write.transition(JobState.REQUESTED, message="Placed again after preemption.")

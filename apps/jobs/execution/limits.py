@@ -12,7 +12,7 @@ write: skipping it posts exactly what billing it would have posted (nothing)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -22,6 +22,7 @@ from django.utils import timezone
 from apps.billing import budgets, usage
 from apps.jobs import services
 from apps.jobs.execution.attempts import (
+    MIN_BILLED_MINUTES,
     accounted_seconds,
     bill,
     bill_many,
@@ -201,14 +202,17 @@ def _runtime_hours(attempts: Iterable[Attempt], now: datetime) -> float:
     return seconds / 3600
 
 
-def enforce_budgets() -> int:
-    """Terminate every job not yet ended in a scope whose terminate budget, or whose
-    organization's balance, is exhausted. Call after billing live jobs to now. Returns how
-    many jobs it asked to end. One query finds the jobs of every exhausted scope; each is
-    then locked and ended on its own."""
-    scopes = budgets.evaluate()
-    if not scopes:
-        return 0
+def enforce_budgets(now: datetime | None = None) -> int:
+    """End every job not yet ended in a scope whose terminate budget, or whose
+    organization's balance, is exhausted: a waiting one now; a running one at the end of
+    the last minute the scope pays for (its minutes billed so far, plus the scope's
+    `minutes_left`), never inside a minute it paid for. Until then its billing stops there
+    (`billed_until`) and it runs on; the pass that finds that moment gone ends it. A job
+    whose scope can pay again (a budget raised, credits granted) bills on. Call after
+    billing live jobs to now. Returns how many jobs it asked to end. One query finds the
+    jobs of every exhausted scope; each is then locked and decided on its own."""
+    now = now or timezone.now()
+    scopes = budgets.evaluate(now)
     in_scopes = Q()
     for scope in scopes:
         match = Q(organization_id=scope.organization_id)
@@ -216,20 +220,79 @@ def enforce_budgets() -> int:
             match &= Q(project_id=scope.project_id)
         in_scopes |= match
     jobs = (
-        Job.objects.filter(in_scopes)
-        .exclude(state__in=[*TERMINAL_STATES, JobState.TERMINATING])
-        .values_list("pk", "organization_id", "project_id")
+        list(
+            Job.objects.filter(in_scopes)
+            .exclude(state__in=[*TERMINAL_STATES, JobState.TERMINATING])
+            .values_list("pk", "organization_id", "project_id")
+        )
+        if scopes
+        else []
     )
+    _lift_stops(exclude={job_id for job_id, _, _ in jobs})
     ended = 0
     for job_id, organization_id, project_id in jobs:
-        why = next(
-            scope.why
-            for scope in scopes
-            if scope.organization_id == organization_id and scope.project_id in (None, project_id)
+        scope = min(
+            (
+                scope
+                for scope in scopes
+                if scope.organization_id == organization_id
+                and scope.project_id in (None, project_id)
+            ),
+            key=lambda scope: scope.minutes_left,
         )
         with transaction.atomic():
             locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job_id)
-            stop_billing(locked)
-            services.job_terminate(job=locked, reason=BUDGET_EXHAUSTED, message=why)
+            if locked.is_terminal or locked.state in ENDING_STATES:
+                continue
+            bill(locked, now)
+            end = _paid_until(locked, scope.minutes_left)
+            _bill_no_further(locked, end or now)
+            if end is not None and end > now:
+                continue  # it runs to the end of what it paid for; a later pass ends it
+            bill(locked, now)
+            services.job_terminate(job=locked, reason=BUDGET_EXHAUSTED, message=scope.why)
         ended += 1
     return ended
+
+
+def _lift_stops(*, exclude: set[int]) -> None:
+    """Bill on the running jobs a budget was to stop whose scope is no longer exhausted
+    (not in `exclude`): a stop set on a job not yet ending is a budget's."""
+    stopped = (
+        Attempt.objects.filter(ended_at__isnull=True, billed_until__isnull=False)
+        .exclude(job__state__in=[*TERMINAL_STATES, *ENDING_STATES])
+        .exclude(job_id__in=exclude)
+        .values_list("job_id", flat=True)
+    )
+    for job_id in stopped:
+        with transaction.atomic():
+            locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job_id)
+            if not (locked.is_terminal or locked.state in ENDING_STATES):
+                Attempt.objects.filter(job=locked, ended_at__isnull=True).update(billed_until=None)
+
+
+def _paid_until(job: Job, extra_minutes: int) -> datetime | None:
+    """When the minutes billed so far of the job's live attempt end, `extra_minutes` more
+    included (never after a stop already set); None when no live attempt is billed. The
+    first minute is billed at allocation: a job inside it is inside a paid minute."""
+    attempt = (
+        Attempt.objects.filter(job=job, ended_at__isnull=True, billing_started_at__isnull=False)
+        .only("billing_started_at", "billed_minutes", "billed_until")
+        .first()
+    )
+    if attempt is None:
+        return None
+    minutes = max(attempt.billed_minutes, MIN_BILLED_MINUTES) + extra_minutes
+    end = attempt.billing_started_at + timedelta(
+        seconds=minutes * 60 / settings.TRAINYARD_CLOCK_SCALE
+    )
+    return end if attempt.billed_until is None else min(end, attempt.billed_until)
+
+
+def _bill_no_further(job: Job, until: datetime) -> None:
+    """Bill the job's live attempt no further than `until` (a stop already set earlier
+    stands). `until` never falls inside the minutes already billed: `_paid_until` starts
+    from them."""
+    Attempt.objects.filter(job=job, ended_at__isnull=True).filter(
+        Q(billed_until__isnull=True) | Q(billed_until__gt=until)
+    ).update(billed_until=until)

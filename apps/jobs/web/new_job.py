@@ -25,7 +25,7 @@ from apps.catalog.models import Accelerator
 from apps.core.errors import ApiError
 from apps.core.money import format_usd, usd_to_micros
 from apps.jobs import services
-from apps.jobs.ceilings import BidTooLow
+from apps.jobs.ceilings import BidTooLow, NoPrice
 from apps.jobs.execution import placement
 from apps.jobs.models import Job
 from apps.jobs.web.forms import JobForm
@@ -91,7 +91,7 @@ def hold_shown(
     }
     try:
         amount = services.hold_for(spec)
-    except BidTooLow as error:
+    except (BidTooLow, NoPrice) as error:
         return HoldShown(problem=str(error.detail))
     if amount <= 0:
         return None

@@ -235,11 +235,11 @@ def test_terminate_budgets_and_exhausted_balances_still_end_jobs_in_one_pass():
     spender = OrganizationFactory()
     Budget.objects.create(
         public_id="bud_spender", organization=spender, limit_micros=45_000, action="terminate"
-    )  # $0.04 spent, $0.005 left: less than 65 s at $0.60/h
+    )  # $0.04 spent, $0.005 left: not one more minute at $0.60/h ($0.01)
     over_budget = _running(spender, age=timedelta(minutes=4, seconds=10))
     broke = OrganizationFactory(credits_usd=2)  # its job holds $1.20: 2 h at $0.60/h
-    # $1.99 spent, $0.01 left: less than 65 s at $0.60/h ($0.0108).
-    out_of_money = _running(broke, age=timedelta(minutes=199, seconds=10))
+    # $2.00 spent, nothing left for the minute it is in.
+    out_of_money = _running(broke, age=timedelta(minutes=200, seconds=10))
     fine = _running(OrganizationFactory(), age=timedelta(minutes=4, seconds=10))
 
     assert _pass() == (3, 2)
