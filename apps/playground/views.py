@@ -2,9 +2,11 @@
 "Deploy as endpoint".
 
 - The page (`?job=job_…`, `?artifact=art_…` preload panes) lists what a pane can talk to
-  (`apps.playground.targets`) and starts the Playground servers its first panes need, so
-  the engine warms while the person types. Any member may chat, viewers too; only members
-  deploy.
+  (`apps.playground.targets`) and shows the state of the Playground servers its first
+  panes need; opening it starts nothing (a server is a billed serve job, and a link must
+  not spend money). Its "Start" button (a POST to the page, CSRF-checked; members only)
+  starts them so the engine warms while the person types; the first run starts them too.
+  Any member may chat, viewers too; only members start servers and deploy.
 - The run (`POST …/run`, JSON, session and CSRF header) answers one multiplexed event
   stream (`apps.playground.streaming`); its errors keep the API's shape, 503
   `playground_starting` while a server it needs starts.
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlencode
 
 from asgiref.sync import sync_to_async
 from django.contrib import messages
@@ -30,7 +33,7 @@ from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from apps.accounts.models import Membership, Role
 from apps.accounts.tenancy import membership_for_slug, remember_org
@@ -52,26 +55,33 @@ def _project_for(membership: Membership, project_slug: str) -> Project:
     return get_object_or_404(Project.objects.for_org(membership.organization), slug=project_slug)
 
 
-def _preloaded(request: HttpRequest, membership: Membership) -> list[targets.Target]:
-    """The targets `?job=` and `?artifact=` name, in that order. One that is not the
-    organization's is left out with a message that does not repeat the id."""
+def _preloaded(
+    request: HttpRequest, membership: Membership
+) -> tuple[list[targets.Target], dict[str, str]]:
+    """The targets `?job=` and `?artifact=` name, in that order, and the query of those
+    found. One that is not the organization's is left out with a message that does not
+    repeat the id (on the page itself: a start's redirect to it would say it twice)."""
+    warn = messages.warning if request.method == "GET" else lambda *args: None
     org = membership.organization
-    found = []
+    found, query = [], {}
     job_id = request.GET.get("job", "").strip()
     if job_id:
         target = targets.job_target(org, job_id)
         if target is None:
-            messages.warning(request, "That job is not here, or it has no final adapter yet.")
+            warn(request, "That job is not here, or it has no final adapter yet.")
         else:
             found.append(target)
+            query["job"] = job_id
     artifact_id = request.GET.get("artifact", "").strip()
     if artifact_id:
         target = targets.artifact_target(org, artifact_id)
         if target is None:
-            messages.warning(request, "That checkpoint or adapter is not here.")
-        elif target.key not in {t.key for t in found}:
-            found.append(target)
-    return found
+            warn(request, "That checkpoint or adapter is not here.")
+        else:
+            query["artifact"] = artifact_id
+            if target.key not in {t.key for t in found}:
+                found.append(target)
+    return found, query
 
 
 def _initial_panes(
@@ -129,6 +139,26 @@ def _start_servers(request, membership, project, panes) -> list[dict]:
     return shown
 
 
+def _page_url(membership: Membership, project: Project, query: dict[str, str]) -> str:
+    url = reverse(
+        "playground",
+        kwargs={"org_slug": membership.organization.slug, "project_slug": project.slug},
+    )
+    return f"{url}?{urlencode(query)}" if query else url
+
+
+def _servers_shown(organization, panes) -> list[dict]:
+    """What the page shows of the servers the first panes need; reads only."""
+    bases = list(dict.fromkeys(t.base_model for t in panes if t and t.base_model))
+    servers = {
+        server.base_model: server
+        for server in PlaygroundServer.objects.filter(
+            organization=organization, base_model__in=bases
+        ).select_related("job")
+    }
+    return [_server_status(servers.get(base), base) for base in bases]
+
+
 def _server_status(server: PlaygroundServer | None, base_model: str) -> dict:
     job = server.job if server is not None and server.job_id else None
     return {
@@ -139,15 +169,22 @@ def _server_status(server: PlaygroundServer | None, base_model: str) -> dict:
 
 
 @login_required
-@require_GET
+@require_http_methods(["GET", "POST"])
 def playground(request: HttpRequest, org_slug: str, project_slug: str) -> HttpResponse:
+    """GET shows the page; POST (the "Start" button) starts the servers of the same URL's
+    first panes, then shows the page again."""
     membership = membership_for_slug(request.user, org_slug)
     project = _project_for(membership, project_slug)
     remember_org(request, membership.organization)
-    preloaded = _preloaded(request, membership)
+    preloaded, query = _preloaded(request, membership)
     groups = targets.choices(membership.organization, project, preloaded)
     panes = _initial_panes(preloaded, groups)
-    servers = _start_servers(request, membership, project, panes)
+    if request.method == "POST":
+        if not membership.can(Role.MEMBER):
+            raise PermissionDenied("Viewers cannot start Playground servers.")
+        _start_servers(request, membership, project, panes)
+        return redirect(_page_url(membership, project, query))
+    servers = _servers_shown(membership.organization, panes)
     context = {
         "org": membership.organization,
         "membership": membership,
@@ -158,6 +195,9 @@ def playground(request: HttpRequest, org_slug: str, project_slug: str) -> HttpRe
             for index, target in enumerate(panes)
         ],
         "servers": servers,
+        "page_url": _page_url(membership, project, query),
+        "may_start": any(server["state"] == "stopped" for server in servers)
+        and membership.can(Role.MEMBER),
         "can_deploy": membership.can(Role.MEMBER),
         "max_tokens": streaming.MAX_TOKENS,
     }

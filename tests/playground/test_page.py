@@ -1,6 +1,7 @@
 """The Playground page, its run view's checks and the idle stop, without an engine: what a
 member, a viewer and an outsider see; what the run refuses (and that a refusal changes
-nothing); and the serve job a first use starts, once however many ask at once."""
+nothing); and the serve job a first use starts (the page's Start button or a run, never
+opening the page), once however many ask at once."""
 
 from __future__ import annotations
 
@@ -78,11 +79,17 @@ def _serve_jobs():
     return Job.objects.filter(kind=Job.Kind.SERVE)
 
 
+def _start(client: Client, query: str = ""):
+    """The page's "Start servers" button."""
+    return client.post(f"{PAGE}{query}")
+
+
 # -- the page --------------------------------------------------------------------------------
 
 
 def test_it_opens_a_jobs_final_adapter_beside_its_base_model(client_for, member, tuned):
-    response = client_for(member).get(f"{PAGE}?job={tuned.job.public_id}")
+    client = client_for(member)
+    response = client.get(f"{PAGE}?job={tuned.job.public_id}")
 
     assert response.status_code == 200
     panes = _panes(response)
@@ -93,6 +100,16 @@ def test_it_opens_a_jobs_final_adapter_beside_its_base_model(client_for, member,
     # The pickers list the fine-tune's adapter and checkpoint.
     values = {option["value"] for option in panes.options["pane-2"]}
     assert {_art(tuned.adapter), _art(tuned.checkpoint), "base", ""} <= values
+    # Opening the page starts nothing; it offers to.
+    assert not PlaygroundServer.objects.exists() and not _serve_jobs().exists()
+    assert b'data-state="stopped"' in response.content
+    assert b"Start servers" in response.content
+    assert b"Deploy as endpoint" in response.content
+
+    started = _start(client, f"?job={tuned.job.public_id}")
+
+    assert started.status_code == 302
+    assert started["Location"] == f"{PAGE}?job={tuned.job.public_id}"
     # Its server started: one serve job for the base model, for the Playground.
     server = PlaygroundServer.objects.get()
     assert (server.organization, server.base_model, server.started_by) == (
@@ -104,8 +121,26 @@ def test_it_opens_a_jobs_final_adapter_beside_its_base_model(client_for, member,
     assert server.job == job and job.state == JobState.REQUESTED
     assert payloads.serves_for(job) == payloads.PLAYGROUND
     assert payloads.base_model_of(job) == BASE_MODEL
-    assert b'data-state="starting"' in response.content
-    assert b"Deploy as endpoint" in response.content
+    page = client.get(started["Location"])
+    assert b'data-state="starting"' in page.content
+    assert b"Start servers" not in page.content
+
+
+def test_opening_the_page_never_starts_a_billed_server(member, tuned):
+    """A link to the page (or any top-level navigation, which takes Lax cookies along)
+    spends nothing: only a CSRF-checked POST starts a server."""
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(member)
+    query = f"?job={tuned.job.public_id}&artifact={_art(tuned.checkpoint)}"
+
+    for _ in range(2):
+        assert client.get(f"{PAGE}{query}").status_code == 200
+    assert _start(client, query).status_code == 403  # no CSRF token: refused
+
+    assert not PlaygroundServer.objects.exists() and not _serve_jobs().exists()
+    token = client.cookies["csrftoken"].value
+    assert client.post(f"{PAGE}{query}", {"csrfmiddlewaretoken": token}).status_code == 302
+    assert _serve_jobs().count() == 1
 
 
 def test_it_opens_a_checkpoint_named_by_its_artifact_id(client_for, member, tuned):
@@ -128,13 +163,15 @@ def test_a_job_and_an_artifact_open_in_panes_two_and_three(client_for, member, t
         _art(tuned.adapter),
         _art(tuned.checkpoint),
     ]
+    assert not PlaygroundServer.objects.exists() and not _serve_jobs().exists()
+    _start(client_for(member), f"?job={tuned.job.public_id}&artifact={_art(tuned.checkpoint)}")
     assert PlaygroundServer.objects.count() == 1 and _serve_jobs().count() == 1
 
 
-def test_a_second_visit_uses_the_running_server(client_for, member, tuned):
+def test_a_second_start_uses_the_running_server(client_for, member, tuned):
     client = client_for(member)
-    client.get(f"{PAGE}?job={tuned.job.public_id}")
-    client.get(f"{PAGE}?job={tuned.job.public_id}")
+    _start(client, f"?job={tuned.job.public_id}")
+    _start(client, f"?job={tuned.job.public_id}")
 
     assert _serve_jobs().count() == 1
 
@@ -160,6 +197,7 @@ def test_an_outsider_gets_404_for_the_organization(client_for, outsider, tuned):
     assert client.get(PAGE).status_code == 404
     assert client.get(f"{PAGE}?job={tuned.job.public_id}").status_code == 404
     assert client.get(f"{STATUS}?base={BASE_MODEL}").status_code == 404
+    assert _start(client, f"?job={tuned.job.public_id}").status_code == 404
     response = _run(client, {"messages": HELLO, "panes": [{"target": "base"}]})
     assert response.status_code == 404
     assert response.json()["error"]["type"] == "not_found"
@@ -174,6 +212,9 @@ def test_a_viewer_can_chat_but_sees_no_deploy_form(client_for, viewer, tuned):
     assert b'id="pg-prompt"' in response.content
     assert b"Deploy as endpoint" not in response.content
     assert b'class="pg-deploy"' not in response.content
+    assert b"Start servers" not in response.content
+    assert _start(client, f"?job={tuned.job.public_id}").status_code == 403
+    assert not _serve_jobs().exists()
     response = client.post(DEPLOY, {"artifact": _art(tuned.adapter), "name": "bot"})
     assert response.status_code == 403
     assert not Endpoint.objects.exists()
@@ -189,7 +230,7 @@ def test_a_viewer_never_starts_a_billed_server_but_chats_on_a_running_one(
     assert refused.json()["error"]["type"] == "permission_denied"
     assert not _serve_jobs().exists()
 
-    client_for(member).get(f"{PAGE}?job={tuned.job.public_id}")  # a member starts it
+    _start(client_for(member), f"?job={tuned.job.public_id}")  # a member starts it
     assert _serve_jobs().count() == 1
     starting = _run(viewing, {"messages": HELLO, "panes": [{"target": "base"}]})
     assert starting.status_code == 503
@@ -230,7 +271,7 @@ def test_a_job_still_running_offers_no_playground_link(client_for, member, tuned
 
 def test_the_status_says_a_server_is_starting_and_an_unknown_one_stopped(client_for, member, tuned):
     client = client_for(member)
-    client.get(f"{PAGE}?job={tuned.job.public_id}")
+    _start(client, f"?job={tuned.job.public_id}")
     job = _serve_jobs().get()
 
     response = client.get(STATUS, {"base": [BASE_MODEL, "nobody/else"]})
@@ -412,7 +453,7 @@ def test_the_run_needs_the_csrf_header(member, tuned):
     assert _run(client, body).status_code == 403
     assert not _serve_jobs().exists()
 
-    client.get(PAGE)  # sets the CSRF cookie (and starts the server for the page's panes)
+    client.get(PAGE)  # sets the CSRF cookie
     token = client.cookies["csrftoken"].value
     response = _run(client, body, HTTP_X_CSRFTOKEN=token)
     assert response.status_code == 503
