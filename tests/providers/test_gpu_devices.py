@@ -60,7 +60,9 @@ def _run_to_the_end(job: Job) -> list[str]:
         wait_until(lambda: backend.poll(attempt.handle).state != "running", 60, what="the runner")
     finally:
         backend.release(attempt.handle)
-    return list(job.log_lines.filter(source="user").values_list("message", flat=True))
+    lines = list(job.log_lines.filter(source="user").values_list("message", flat=True))
+    assert lines, list(job.log_lines.values_list("source", "message"))  # why, if none came
+    return lines
 
 
 def test_a_host_runner_sees_only_its_own_gpus_and_a_cpu_one_none(settings, tmp_path, live_server):

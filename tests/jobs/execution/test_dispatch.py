@@ -13,6 +13,7 @@ from apps.jobs.models import Attempt, Job, JobEvent, LogLine
 from apps.jobs.states import JobState
 from apps.providers.models import Provider
 from tests.jobs.helpers import make_job
+from tests.live import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -122,6 +123,17 @@ def _another_session():
     return psycopg.connect(**params, autocommit=True)
 
 
+def _lease_held(job) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
+            " AND objid = %s AND objsubid = 2 AND granted"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [leases.DISPATCH, job.pk],
+        )
+        return cursor.fetchone()[0] > 0
+
+
 def _try_dispatch_lease(session, job) -> bool:
     return session.execute(
         "SELECT pg_try_advisory_lock(%s, %s)", [leases.DISPATCH, job.pk]
@@ -137,7 +149,9 @@ def test_a_delivery_while_a_live_worker_dispatches_the_job_leaves_it_alone(org):
         job.refresh_from_db()
         assert (job.state, job.dispatch_deliveries) == (JobState.REQUESTED, 0)
         assert not Attempt.objects.filter(job=job).exists()
-    # That worker died: its session closed, and the next delivery takes the job up.
+    # That worker died: its session closed (its backend lets go of the lock as it exits, a
+    # moment after the client hangs up), and the next delivery takes the job up.
+    wait_until(lambda: not _lease_held(job), timeout=10, what="the dead session's lease")
     dispatch.dispatch(job.pk)
     job.refresh_from_db()
     assert (job.state, job.reason) == (JobState.FAILED, "launch_failed")
