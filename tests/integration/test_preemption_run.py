@@ -19,16 +19,16 @@ from apps.finetunes.payloads import config_of
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, MetricPoint
 from tests.factories import ProjectFactory, UserFactory
 from tests.integration.conftest import TERMINAL
+from tests.integration.held_trainer import hold_at_checkpoint, release_when_signalled
 from tests.integration.stack import wait_for
 from tests.trainer.conftest import start_trainer
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 MAX_STEPS = 40
-# The displaced fine-tune trains longer: the tiny model runs 40 steps in a second or two, and
-# the standard job must find it still training (one told to stop while writing its final
-# adapter finishes instead, and nothing is displaced).
-DISPLACED_STEPS = 160
+# The displaced fine-tune is held still at its step-8 checkpoint until its stop order reaches
+# it (tests/integration/held_trainer.py): the standard job is certain to find it training.
+DISPLACED_STEPS = 40
 SAVE_STEPS = 4
 
 
@@ -136,9 +136,10 @@ def test_a_standard_job_displaces_a_preemptible_finetune_which_resumes_and_loses
     )
     # The uninterrupted run with the same config and seed, meanwhile, for the final loss.
     baseline = start_trainer(config_of(Job.objects.get(public_id=finetune)), tmp_path / "base")
-    wait_for(lambda: checkpoint_uploaded(finetune, 8), timeout=240, what="a step-8 checkpoint")
+    held = hold_at_checkpoint(finetune, 8)
 
     standard = submit(api, solo, priority="standard", code="print('standard work done')")
+    release_when_signalled(held)
     done = api.wait_state(standard, TERMINAL, timeout=120)
     assert done["state"] == "succeeded", api.events(standard)
     finished = api.wait_state(finetune, TERMINAL, timeout=300)

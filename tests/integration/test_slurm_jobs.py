@@ -16,10 +16,10 @@ from apps.jobs.models import Attempt
 from apps.providers.models import Provider
 from tests.factories import ProjectFactory
 from tests.integration.conftest import TERMINAL
+from tests.integration.held_trainer import hold_at_checkpoint, release_when_signalled
 from tests.integration.stack import wait_for
 from tests.integration.test_preemption_run import (
     assert_reclaimed_then_resumed_to_the_end,
-    checkpoint_uploaded,
     submit_finetune,
 )
 from tests.live import ROOT
@@ -43,9 +43,9 @@ def test_an_api_job_runs_on_the_slurm_provider_to_succeeded(slurm_provider, slur
     assert slurm_cluster.job_state(slurm_id) in {None, "COMPLETED"}
 
 
-# Slurm preempts about ten seconds after the high job's submit, and the tiny model trains a
-# step in about 0.15 s here: enough steps to still be training then.
-STEPS = 800  # long enough that Slurm's preemption (10-20 s) finds it still training
+# The trainer is held still while Slurm preempts it (tests/integration/held_trainer.py), so a
+# short run is certain to be found mid-training.
+STEPS = 24
 
 
 def _queue_reason(api, job_id: str) -> str:
@@ -112,11 +112,12 @@ def test_a_preemptible_finetune_preempted_by_a_high_partition_job_resumes_from_i
     finetune = submit_finetune(
         api, project, "cpu", tiny_model, demo_data, priority="preemptible", max_steps=STEPS
     )
-    wait_for(lambda: checkpoint_uploaded(finetune, 4), timeout=240, what="a step-4 checkpoint")
+    held = hold_at_checkpoint(finetune, 4)
 
-    # A job in the higher-tier partition takes the node: Slurm preempts the attempt (about
-    # ten seconds later: its next scheduling pass, then SIGTERM).
+    # A job in the higher-tier partition takes the node: Slurm preempts the attempt (at its
+    # next scheduling pass: SIGTERM, then SIGKILL after the partition's grace time).
     high = slurm_cluster.sbatch("--partition=high", "--cpus-per-task=2", "--wrap", "sleep 15")
+    release_when_signalled(held)
     wait_for(
         lambda: any(
             e["type"] == "state_changed" and e["data"].get("to") == "preempted"
