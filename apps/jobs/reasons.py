@@ -20,6 +20,7 @@ _WORDS = {
     "launch_failed": "The provider could not start the workload.",
     "queue_timeout": "It waited in the provider's own queue for too long.",
     "secret_missing": "A secret the job uses was deleted before it started.",
+    "secret_undecryptable": "A secret the job uses can no longer be decrypted (its key is gone).",
     "spec_invalid": "Its configuration could not be run (see the message below).",
     "workdir_invalid": "Its code archive could not be unpacked.",
     "too_many_preemptions": "It was preempted too many times.",

@@ -33,6 +33,24 @@ class SecretRef(TypedDict):
     key: str
 
 
+class SecretEnvUndecryptable(SecretUndecryptable):
+    """`resolve_secret_env` met a secret that no key of SECRETS_KEYS opens (its key was
+    dropped before `rotate_secrets` re-encrypted it). Names the variable, the secret and the
+    key it was asked for; never a value."""
+
+    def __init__(self, *, env_name: str, secret_id: str, secret_name: str, key: str) -> None:
+        self.env_name, self.secret_id, self.secret_name, self.key = (
+            env_name,
+            secret_id,
+            secret_name,
+            key,
+        )
+        super().__init__(
+            f"No key in SECRETS_KEYS decrypts secret {secret_name!r} ({secret_id}), "
+            f"which {env_name} takes key {key!r} from."
+        )
+
+
 @dataclass(frozen=True)
 class SecretPage:
     items: list[Secret]
@@ -113,18 +131,27 @@ def validate_secret_env(*, organization: Organization, secret_env: Any) -> None:
 def resolve_secret_env(*, organization: Organization, secret_env: Any) -> dict[str, str]:
     """{ENV_NAME: value} for `secret_env`, decrypted now: one query, each secret decrypted
     once. Raises the same InvalidRequest as `validate_secret_env` when a secret or key has
-    gone since, and SecretUndecryptable when SECRETS_KEYS no longer opens a row.
+    gone since, and SecretEnvUndecryptable (naming the entry) when SECRETS_KEYS no longer
+    opens a row.
 
     The result is plaintext: hand it only to the job's runner, never to logs, events, job
     specs or provider manifests."""
     refs = _checked_refs(secret_env)
-    secrets_by_id = _referenced_secrets(organization, refs, "public_id", "ciphertext")
+    secrets_by_id = _referenced_secrets(organization, refs, "public_id", "name", "ciphertext")
     decrypted: dict[str, dict[str, str]] = {}
     resolved: dict[str, str] = {}
     for env_name, ref in refs.items():
         secret = secrets_by_id.get(ref["secret_id"])
         if secret is not None and secret.public_id not in decrypted:
-            decrypted[secret.public_id] = decrypt_data(secret.ciphertext)
+            try:
+                decrypted[secret.public_id] = decrypt_data(secret.ciphertext)
+            except SecretUndecryptable as exc:
+                raise SecretEnvUndecryptable(
+                    env_name=env_name,
+                    secret_id=secret.public_id,
+                    secret_name=secret.name,
+                    key=ref["key"],
+                ) from exc
         data = decrypted[secret.public_id] if secret is not None else {}
         _check_ref(env_name, ref, secret, data)
         resolved[env_name] = data[ref["key"]]

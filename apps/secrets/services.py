@@ -6,11 +6,14 @@ Values are encrypted before they reach the database and never leave this app exc
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accounts.models import Organization
-from apps.core.crypto import encrypt_data, rotate_token
+from apps.core.crypto import SecretUndecryptable, encrypt_data, rotate_token
 from apps.core.errors import Conflict
 from apps.providers.models import Provider
 from apps.secrets.models import Secret
@@ -61,44 +64,68 @@ def secret_delete(*, secret: Secret) -> None:
     secret.delete()
 
 
-def secrets_rotate(*, batch_size: int = ROTATE_BATCH_SIZE) -> int:
-    """Re-encrypt every secret with the newest key of SECRETS_KEYS; returns how many.
+@dataclass(frozen=True)
+class Rotation:
+    """What a rotation did: how many rows it re-encrypted, and the rows it left alone because
+    no key of SECRETS_KEYS opens them (each still holds its old ciphertext)."""
+
+    rotated: int
+    undecryptable: list[Any] = field(default_factory=list)
+
+
+def secrets_rotate(*, batch_size: int = ROTATE_BATCH_SIZE) -> Rotation:
+    """Re-encrypt every secret with the newest key of SECRETS_KEYS.
 
     Works in batches by primary key, each in its own transaction with the rows locked, so a
     `secret_replace` racing with it either waits for the batch or is seen by it: rotation
     never writes back a value older than the one stored. `updated_at` is left alone (the
-    values did not change). Raises SecretUndecryptable, after committing earlier batches,
-    when a row opens with none of the keys."""
+    values did not change). A row that opens with none of the keys is left as it is and
+    listed in `undecryptable` (with its organization loaded), so one lost key neither stops
+    the others' rotation nor hides which secrets it took with it."""
     rotated = 0
+    undecryptable: list[Secret] = []
     last_id = 0
     while True:
         with transaction.atomic():
             batch = list(
-                Secret.objects.select_for_update()
+                Secret.objects.select_for_update(of=("self",))
+                .select_related("organization")
                 .filter(id__gt=last_id)
                 .order_by("id")
-                .only("id", "ciphertext")[:batch_size]
+                .only("id", "ciphertext", "name", "public_id", "organization__slug")[:batch_size]
             )
             if not batch:
-                return rotated
+                return Rotation(rotated=rotated, undecryptable=undecryptable)
+            opened = []
             for secret in batch:
-                secret.ciphertext = rotate_token(secret.ciphertext)
-            Secret.objects.bulk_update(batch, ["ciphertext"])
-        rotated += len(batch)
+                try:
+                    secret.ciphertext = rotate_token(secret.ciphertext)
+                except SecretUndecryptable:
+                    undecryptable.append(secret)
+                    continue
+                opened.append(secret)
+            Secret.objects.bulk_update(opened, ["ciphertext"])
+        rotated += len(opened)
         last_id = batch[-1].id
 
 
-def provider_credentials_rotate() -> int:
+def provider_credentials_rotate() -> Rotation:
     """Re-encrypt every provider's write-only credentials (an SSH private key) with the
-    newest key of SECRETS_KEYS, rows locked, in one transaction (providers are few); returns
-    how many. Raises SecretUndecryptable when a row opens with none of the keys."""
+    newest key of SECRETS_KEYS, rows locked, in one transaction (providers are few). A row
+    that opens with none of the keys is left as it is and listed in `undecryptable`."""
     with transaction.atomic():
         providers = list(
             Provider.objects.select_for_update(no_key=True)
             .exclude(credentials_encrypted="")
-            .only("id", "credentials_encrypted")
+            .only("id", "name", "credentials_encrypted")
         )
+        opened, undecryptable = [], []
         for provider in providers:
-            provider.credentials_encrypted = rotate_token(provider.credentials_encrypted)
-        Provider.objects.bulk_update(providers, ["credentials_encrypted"])
-    return len(providers)
+            try:
+                provider.credentials_encrypted = rotate_token(provider.credentials_encrypted)
+            except SecretUndecryptable:
+                undecryptable.append(provider)
+                continue
+            opened.append(provider)
+        Provider.objects.bulk_update(opened, ["credentials_encrypted"])
+    return Rotation(rotated=len(opened), undecryptable=undecryptable)

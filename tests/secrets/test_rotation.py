@@ -5,7 +5,7 @@ from cryptography.fernet import Fernet, MultiFernet
 from django.core.management import call_command
 from django.test import override_settings
 
-from apps.core.crypto import SecretUndecryptable, decrypt_data
+from apps.core.crypto import decrypt_data
 from apps.providers.models import Provider
 from apps.secrets import services
 from apps.secrets.models import Secret
@@ -39,7 +39,7 @@ def old_secrets(org, other_org, make_secret):
 def test_rotation_re_encrypts_every_row_with_the_newest_key(old_secrets):
     before = {s.name: (s.keys, s.updated_at) for s in Secret.objects.all()}
     with override_settings(SECRETS_KEYS=[NEW, OLD]):
-        assert services.secrets_rotate(batch_size=2) == 3
+        assert services.secrets_rotate(batch_size=2).rotated == 3
     assert _only_new_key_decrypts_every_row() == {
         "a": {"TOKEN": "one"},
         "b": {"TOKEN": "two", "MORE": "three"},
@@ -59,12 +59,14 @@ def test_the_command_prints_how_many_it_re_encrypted(old_secrets, capsys):
 
 
 def test_rotation_with_no_secrets_is_zero(db):
-    assert services.secrets_rotate() == 0
+    assert services.secrets_rotate().rotated == 0
 
 
-def test_rotation_stops_on_a_row_no_key_opens(old_secrets):
-    with override_settings(SECRETS_KEYS=[NEW]), pytest.raises(SecretUndecryptable):
-        services.secrets_rotate()
+def test_rotation_leaves_a_row_no_key_opens_and_lists_it(old_secrets):
+    with override_settings(SECRETS_KEYS=[NEW]):
+        rotation = services.secrets_rotate()
+    assert rotation.rotated == 0
+    assert sorted(secret.name for secret in rotation.undecryptable) == ["a", "b", "c"]
     with override_settings(SECRETS_KEYS=[OLD]):
         assert decrypt_data(Secret.objects.get(name="a").ciphertext) == {"TOKEN": "one"}
 
@@ -76,7 +78,7 @@ def test_provider_credentials_are_re_encrypted_with_the_newest_key(db):
         provider.save()
         Provider.objects.create(name="keyless", kind=Provider.Kind.SSH)
     with override_settings(SECRETS_KEYS=[NEW, OLD]):
-        assert services.provider_credentials_rotate() == 1
+        assert services.provider_credentials_rotate().rotated == 1
     stored = Provider.objects.get(pk=provider.pk).credentials_encrypted
     only_new = MultiFernet([Fernet(NEW)])
     assert json.loads(only_new.decrypt(stored.encode())) == {"private_key": "key material"}

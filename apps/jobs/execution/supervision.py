@@ -49,13 +49,14 @@ from apps.providers.backends.base import (
     PollResult,
     RetryableBackendError,
 )
-from apps.secrets.selectors import SECRET_ENV_PARAM
+from apps.secrets.selectors import SECRET_ENV_PARAM, SecretEnvUndecryptable
 from runner import protocol
 
 logger = logging.getLogger(__name__)
 
 # Reasons of a job whose spec cannot be served, now or ever.
 SECRET_MISSING = "secret_missing"
+SECRET_UNDECRYPTABLE = "secret_undecryptable"
 SPEC_INVALID = "spec_invalid"
 # States in which a runner may ask for its spec and the job may still fail for it.
 SPEC_FAILABLE = (JobState.ALLOCATING, JobState.PROVISIONING, JobState.RUNNING)
@@ -252,6 +253,27 @@ def secret_env_unresolvable(attempt_id: int, secret_env: object, error: InvalidR
         return
     message = f"The job cannot run: its spec cannot be served ({error.detail})."
     spec_unservable(attempt_id, reason=SPEC_INVALID, message=message, data={})
+
+
+def secret_env_undecryptable(attempt_id: int, error: SecretEnvUndecryptable) -> None:
+    """No key of SECRETS_KEYS opens a secret the job's `secret_env` names (an operator dropped
+    its key before `rotate_secrets` re-encrypted it): no later attempt could do better, so
+    fail the job `secret_undecryptable`, naming the variable, the secret and the key (never
+    a value)."""
+    message = (
+        f"The job cannot run: {error.env_name} comes from key {error.key!r} of secret "
+        f"{error.secret_name!r} ({error.secret_id}), which no key in the control plane's "
+        "SECRETS_KEYS decrypts. An operator must restore the key it was encrypted with "
+        "(and run rotate_secrets), or the secret must be written again; then submit the job "
+        "again."
+    )
+    data = {
+        "env": error.env_name,
+        "secret_id": error.secret_id,
+        "secret_name": error.secret_name,
+        "key": error.key,
+    }
+    spec_unservable(attempt_id, reason=SECRET_UNDECRYPTABLE, message=message, data=data)
 
 
 def finalize(job_id: int) -> None:

@@ -18,7 +18,7 @@ from apps.jobs.models import Attempt
 from apps.jobs.runner_api.auth import json_body, runner_endpoint
 from apps.jobs.runner_api.workdirs import job_workdir, job_workdir_id, spec_workdir
 from apps.jobs.telemetry.masking import remember_mask_values
-from apps.secrets.selectors import resolve_secret_env
+from apps.secrets.selectors import SecretEnvUndecryptable, resolve_secret_env
 from runner import protocol
 
 # Exit codes and steps are stored in PostgreSQL `integer` columns.
@@ -44,6 +44,11 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
         # A secret or key it names was deleted since: permanent. The job fails now, and the
         # 409 stops the runner (exit 0) before any workload starts.
         supervision.secret_env_unresolvable(attempt.pk, secret_env, exc)
+        raise AttemptSuperseded(attempt.pk) from exc
+    except SecretEnvUndecryptable as exc:
+        # SECRETS_KEYS lost the secret's key: as permanent as a deleted secret, and said
+        # once in the job's reason instead of a traceback at every retry.
+        supervision.secret_env_undecryptable(attempt.pk, exc)
         raise AttemptSuperseded(attempt.pk) from exc
     mask = [value for value in secret_values.values() if value]
     # Before the values leave: ingestion masks them in this job's lines from now on, even
