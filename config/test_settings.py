@@ -54,6 +54,9 @@ os.environ.setdefault("SECURE_SSL_REDIRECT", "0")
 # No pool in the test process: pooled connections would keep the test database from being
 # dropped at the end. The live stack's processes run with the pool, as production does.
 os.environ.setdefault("DATABASE_POOL", "0")
+# Three workers share two cores: a trainer or engine the suite starts (through the live
+# stack's runners too) uses one thread, rather than each spinning a thread per core.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The suite's jobs run on the host runtime (the trainer needs the project's environment);
 # the container tests configure podman on their own provider.
 os.environ.setdefault("LOCAL_RUNTIME", "host")

@@ -11,8 +11,11 @@
    and passes on the orders.
 4. The main thread supervises: it alone sends signals. `terminate` (an order, or SIGTERM /
    SIGINT to the runner) sends SIGTERM to the process group and SIGKILLs the workload's
-   process after `terminate_grace_s`; `checkpoint_and_exit` sends SIGUSR1 to the group
-   first and terminates after the grace.
+   processes after `terminate_grace_s`: every other member of the group, and any process
+   carrying the attempt's TRAINYARD_JOB_ID and TRAINYARD_ATTEMPT that left it
+   (`runner.workload.kill_leftovers`); what the workload leaves behind when it exits is
+   killed the same way. `checkpoint_and_exit` sends SIGUSR1 to the group first and
+   terminates after the grace.
 5. When the workload exits: `exit.json` is written, the readers drained, the line
    `workload exited with code N` spooled, every line flushed, `exit` posted, exit 0 — all
    within `final_flush_timeout_s`.
@@ -113,10 +116,13 @@ from runner.spool import Spool
 from runner.workdir import WorkdirError, prepare_workdir
 from runner.workload import (
     exit_code_of,
+    kill_leftovers,
+    leftovers,
     prepare,
     spawn,
     start_failure_code,
     workload_env,
+    workload_markers,
     write_exit_json,
 )
 
@@ -151,6 +157,8 @@ class Runner:
         self.uploader: ArtifactUploader | None = None
         # The checkpoint step the workload resumes from; None when it starts from scratch.
         self.resumed_from_step: int | None = None
+        # What only the workload's processes carry in their environment (workload_markers).
+        self._markers: list[str] = []
         # Ends the main thread's retries, and cuts their sleeps short, on a terminate.
         self._retry_stop = StopWhen(self._stopping, self._sleep_unless_stopping)
 
@@ -394,6 +402,7 @@ class Runner:
             return None, EXIT_SIGTERM
         self.collector.system(f"starting workload: {shlex.join(argv)}")
         try:
+            self._markers = workload_markers(env)
             proc = spawn(argv, self.workdir / "work", env)
         except OSError as exc:
             self.collector.system(f"cannot start the workload: {exc}")
@@ -450,6 +459,15 @@ class Runner:
                     f"the workload did not exit within {grace:g} s; sending SIGKILL"
                 )
                 proc.kill()
+                kill_leftovers(self._markers)
+        # What the workload left behind (a child that ignores SIGTERM, or a background
+        # process) outlives the attempt otherwise: a terminate gives it the rest of the
+        # grace, then it is killed, like all of it after a normal exit.
+        if term_at is not None and not killed:
+            deadline = term_at + grace
+            while leftovers(self._markers) and time.monotonic() < deadline:
+                time.sleep(SUPERVISE_POLL_S)
+        kill_leftovers(self._markers)
         return exit_code_of(returncode)
 
     def _finish(self, spec: JobSpec, exit_code: int) -> int:

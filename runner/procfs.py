@@ -40,6 +40,7 @@ class ProcStat:
     state: str
     pgid: int
     start_ticks: int
+    ppid: int = 0
 
 
 def stat(pid: int) -> ProcStat | None:
@@ -50,7 +51,13 @@ def stat(pid: int) -> ProcStat | None:
         return None
     # The command name is in parentheses and may itself contain spaces or parentheses.
     fields = raw[raw.rindex(")") + 2 :].split()
-    return ProcStat(pid=pid, state=fields[0], pgid=int(fields[2]), start_ticks=int(fields[19]))
+    return ProcStat(
+        pid=pid,
+        state=fields[0],
+        pgid=int(fields[2]),
+        start_ticks=int(fields[19]),
+        ppid=int(fields[1]),
+    )
 
 
 def alive(pid: int, start_ticks: int | None = None) -> bool:

@@ -5,15 +5,30 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import os
+import signal
 import subprocess
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from runner import procfs
 from runner.config import WORKLOAD_HIDDEN_VARS
 from runner.output import utc_now_iso
-from runner.protocol import ENV_CHECKPOINT_DIR, EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND
+from runner.protocol import (
+    ENV_ATTEMPT,
+    ENV_CHECKPOINT_DIR,
+    ENV_JOB_ID,
+    EXIT_CANNOT_EXECUTE,
+    EXIT_NOT_FOUND,
+)
 from runner.spec import JobSpec, SpecError
+
+# kill_leftovers: rounds of SIGKILL (a process forking meanwhile adds members).
+KILL_ROUNDS = 20
+KILL_ROUND_PAUSE_S = 0.02
 
 
 def exit_code_of(returncode: int) -> int:
@@ -76,6 +91,57 @@ def spawn(argv: list[str], work: Path, env: dict[str, str]) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         close_fds=True,
     )
+
+
+def workload_markers(env: Mapping[str, str]) -> list[str]:
+    """The `NAME=value` entries of the workload's environment that only this attempt's
+    processes carry (its job id and attempt number); [] when either is missing."""
+    if not env.get(ENV_JOB_ID) or not env.get(ENV_ATTEMPT):
+        return []
+    return [f"{ENV_JOB_ID}={env[ENV_JOB_ID]}", f"{ENV_ATTEMPT}={env[ENV_ATTEMPT]}"]
+
+
+def _ancestors() -> set[int]:
+    """This process and the ones above it (never signalled: whoever started the runner)."""
+    found, pid = set(), os.getpid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        info = procfs.stat(pid)
+        if info is None:
+            break
+        pid = info.ppid
+    return found
+
+
+def leftovers(markers: Sequence[str]) -> list[int]:
+    """The workload's live processes: every other member of the runner's process group,
+    and any process carrying every one of `markers` that left the group (setsid); never the
+    runner or its ancestors."""
+    spared, group = _ancestors(), os.getpgrp()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in spared:
+            continue
+        info = procfs.stat(int(entry))
+        if info is None or info.state in {"Z", "X"}:
+            continue
+        if info.pgid == group or (markers and procfs.environ_has(info.pid, markers)):
+            found.append(info.pid)
+    return found
+
+
+def kill_leftovers(markers: Sequence[str]) -> None:
+    """SIGKILL every process `leftovers` finds, round after round until none is left (a
+    bounded number of rounds). The runner's own kill reaches the workload's whole tree:
+    orphans of a killed parent are not Slurm's to kill (proctrack/linuxproc)."""
+    for _ in range(KILL_ROUNDS):
+        targets = leftovers(markers)
+        if not targets:
+            return
+        for pid in targets:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(KILL_ROUND_PAUSE_S)
 
 
 def start_failure_code(exc: OSError) -> int:

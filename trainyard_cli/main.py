@@ -41,6 +41,18 @@ def _json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the API's JSON (and nothing else) on stdout"
     )
+    _insecure_flag(parser, default=argparse.SUPPRESS)
+
+
+def _insecure_flag(parser: argparse.ArgumentParser, *, default: object) -> None:
+    # On the top parser (False) and every command (SUPPRESS, so a flag given before the
+    # command is not reset by the command's own default).
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        default=default,
+        help="allow plain http:// to a host other than this one (the key travels in clear)",
+    )
 
 
 def _compute_flags(parser: argparse.ArgumentParser) -> None:
@@ -65,11 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
         "writes ($XDG_CONFIG_HOME/trainyard/config.json).",
     )
     parser.add_argument("--version", action="version", version=f"trainyard {__version__}")
+    _insecure_flag(parser, default=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     p = commands.add_parser("login", help="check a URL and API key and save them (0600)")
     p.add_argument("--url", help="the control plane, e.g. https://trainyard.example.com")
-    p.add_argument("--api-key", help="ty_… (prompted for, or read from stdin, when left out)")
+    p.add_argument(
+        "--api-key-stdin",
+        action="store_true",
+        help="read the key from stdin (else TRAINYARD_API_KEY, else a prompt)",
+    )
+    # Gone (a key in argv shows in `ps` and shell history), but still parsed: argparse would
+    # otherwise read `--api-key` as short for `--api-key-stdin` and echo the key back as an
+    # unrecognized argument.
+    p.add_argument("--api-key", nargs="?", const="", help=argparse.SUPPRESS)
     _json_flag(p)
     p.set_defaults(handler=None)
 
@@ -201,7 +222,7 @@ def run(argv: Sequence[str], *, transport: httpx.BaseTransport | None = None) ->
         args = parse(argv)
         if args.handler is None:  # login: its own URL and key, no stored settings yet
             return login.run(args, transport=transport)
-        client = Client(config.load(), transport=transport)
+        client = Client(config.load(insecure=args.insecure), transport=transport)
         try:
             return args.handler(Context(client), args)
         finally:

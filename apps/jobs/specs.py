@@ -17,6 +17,7 @@ from rest_framework import serializers
 from apps.catalog.models import Accelerator
 from apps.core.money import usd_to_micros
 from apps.core.serializers import StrictSerializer
+from apps.providers.backends.containers import image_reference_problem
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_PREFIX = "TRAINYARD_"
@@ -118,6 +119,12 @@ class ContainerIn(StrictSerializer):
         default=dict,
         help_text="Relative path → text, written into the working directory.",
     )
+
+    def validate_image(self, value):
+        # A transport (`docker-archive:/etc/hostname`) would have the worker open host paths.
+        if problem := image_reference_problem(value):
+            raise serializers.ValidationError(problem)
+        return value
 
     def validate_workdir(self, value):
         if value is not None and not WORKDIR_ID.match(value):

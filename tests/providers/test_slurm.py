@@ -4,9 +4,12 @@ racing each other, and where the runner token is not."""
 
 from __future__ import annotations
 
+import os
+import signal
 import stat
 import subprocess
 import threading
+import time
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
@@ -18,6 +21,7 @@ from apps.providers.backends.base import PermanentBackendError, RetryableBackend
 from apps.providers.backends.slurm import SlurmBackend, job_name
 from apps.providers.backends.transport import LocalTransport
 from apps.providers.models import Provider
+from runner import procfs
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
 from tests.providers.helpers import CountingTransport, launch_args
@@ -382,3 +386,35 @@ def test_a_login_node_whose_host_key_does_not_match_is_refused(
     config = {**slurm_provider.config, "login": {**_login(sshd), "host_key": other}}
     with pytest.raises(PermanentBackendError, match=r"(?i)host key"):
         SlurmBackend(config, {"private_key": sshd.private_key}).check()
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Live processes here whose command line contains `marker`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with suppress(OSError):
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+    return [pid for pid in found if procfs.alive(pid)]
+
+
+def test_a_terminated_workload_that_ignores_sigterm_leaves_no_process_on_the_node(
+    slurm_provider, slurm_cluster, live_server, settings
+):
+    """The runner's and the cancel's grace used to end together: the runner died first and
+    its kill reached only the `sh`, whose `sleep` (not Slurm's, under proctrack/linuxproc,
+    once orphaned) ran on."""
+    settings.TERMINATE_GRACE_S = 1  # the runner's (its spec's)
+    marker = f"600.{time.monotonic_ns() % 10**9}"
+    backend, request, bootstrap = _launch(
+        live_server, ["sh", "-c", f"trap '' TERM; sleep {marker}"]
+    )
+    handle = backend.launch(request, bootstrap)
+    try:
+        wait_until(lambda: len(_processes_with(marker)) >= 2, 30, what="the sh and its sleep")
+        backend.terminate(handle, grace_s=1)
+        wait_until(lambda: not _processes_with(marker), 10, what="the workload to be gone")
+    finally:
+        backend.release(handle)
+        for pid in _processes_with(marker):  # what old code left running
+            os.kill(pid, signal.SIGKILL)

@@ -14,7 +14,10 @@ from the CLI's own environment), so the runner token never appears in an argv th
 shows. `states` reads many containers' states with one `container inspect` (the local
 backend's `poll_many`).
 
-Nothing here touches the database. Errors: `ImageUnavailable` (the image is neither in the
+Images are registry references only (`image_reference_problem`, also what the API checks
+at submit): a transport such as `docker-archive:/path` or `dir:/path` would have the runtime
+open a path of this host. Nothing here touches the database. Errors: `ImageRefused` (not a
+registry reference: permanent), `ImageUnavailable` (the image is neither in the
 local store nor pullable: permanent), `LaunchRefused` (the runtime will not start the
 container, e.g. its OCI runtime's error: permanent), `ContainerError` (the CLI failed
 otherwise: retried). A `run` that fails never leaves its container behind.
@@ -46,9 +49,79 @@ NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 # on it reaches the control plane's Redis and PostgreSQL.
 NETWORKS = ("isolated", "none")
 
+# An image is a registry reference, `[host[:port]/]path[:tag][@digest]`, in the grammar of
+# github.com/distribution/reference (what docker and podman parse as one).
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+IMAGE_REFERENCE = re.compile(
+    rf"(?P<name>(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    r"(?::[\w][\w.-]{0,127})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    re.ASCII,
+)
+IMAGE_NAME_MAX = 255  # the grammar's limit on the name (host and path)
+# containers/image's transports: podman reads `<transport>:<rest>` as one of them, even where
+# the text also parses as `name:tag` (`oci:foo`, `dir:5000/x`). `docker:<tag>` is Docker Hub's
+# `docker` image (podman reads it so too); `docker://…` fails the grammar.
+IMAGE_TRANSPORTS = frozenset(
+    {
+        "atomic",
+        "containers-storage",
+        "dir",
+        "docker-archive",
+        "docker-daemon",
+        "oci",
+        "oci-archive",
+        "ostree",
+        "sif",
+        "tarball",
+    }
+)
+_IMAGE_ID = re.compile(r"(?:sha256:)?[0-9a-f]{64}")
+IMAGE_REFERENCE_HELP = (
+    "Give a registry reference, name[:tag][@digest] with an optional registry host[:port]/ "
+    "(python:3.11-slim, ghcr.io/org/image:1.0); transports (docker-archive:, oci:, dir:, …), "
+    "paths and image ids are not accepted."
+)
+
+
+def image_reference_problem(image: str) -> str | None:
+    """Why `image` is not a registry reference we run, or None when it is. The API checks
+    it at submit and the container backend again before any runtime call, so a row that
+    bypassed the API never has the runtime open a path of this host."""
+    if not isinstance(image, str) or not image:
+        return IMAGE_REFERENCE_HELP
+    transport, colon, _ = image.partition(":")
+    if colon and transport.lower() in IMAGE_TRANSPORTS:
+        return IMAGE_REFERENCE_HELP
+    if _IMAGE_ID.fullmatch(image.lower()):
+        return IMAGE_REFERENCE_HELP
+    found = IMAGE_REFERENCE.fullmatch(image)
+    if found is None or len(found.group("name")) > IMAGE_NAME_MAX:
+        return IMAGE_REFERENCE_HELP
+    return None
+
 
 class ContainerError(RetryableBackendError):
     """The runtime's command line failed; the same call may work later."""
+
+
+class ImageRefused(PermanentBackendError):
+    """The job's image is not a registry reference (`image_reference_problem`): nothing is
+    asked of the runtime."""
+
+    reason = "spec_invalid"
+
+    def __init__(self, image: str, problem: str) -> None:
+        super().__init__(f"The image {image!r} is refused. {problem}")
+        self.image = image
+
+
+def check_image_reference(image: str) -> None:
+    """ImageRefused unless `image` is a registry reference."""
+    if problem := image_reference_problem(image):
+        raise ImageRefused(image, problem)
 
 
 class ImageUnavailable(PermanentBackendError):
@@ -161,7 +234,9 @@ class ContainerRuntime:
             raise ContainerError(f"{self.binary} {args[0]} took over {timeout:.0f}s") from exc
 
     def run_argv(self, spec: RunSpec) -> list[str]:
-        """The argv of `run` for `spec` (tests read it; GPUs appear here)."""
+        """The argv of `run` for `spec` (tests read it; GPUs appear here). ImageRefused
+        for an image that is not a registry reference."""
+        check_image_reference(spec.image)
         argv = [
             self.binary,
             *self.global_args,
@@ -219,7 +294,9 @@ class ContainerRuntime:
         return [arg for index in indices for arg in ("--device", f"nvidia.com/gpu={index}")]
 
     def ensure_image(self, image: str, *, pull_timeout_s: float) -> None:
-        """The image is in the local store, or pulled now; ImageUnavailable if neither."""
+        """The image is in the local store, or pulled now; ImageUnavailable if neither,
+        ImageRefused (before any runtime call) if it is not a registry reference."""
+        check_image_reference(image)
         if self.cli("image", "inspect", image).returncode == 0:
             return
         try:
