@@ -1,5 +1,5 @@
 """The workload as a process: its argv and environment from the spec, starting it in the
-runner's process group, and `{workdir}/exit.json`."""
+runner's process group, killing what it leaves (`kill_leftovers`), and `{workdir}/exit.json`."""
 
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ class Settings:
     insecure: bool = False  # plain http:// to another host was allowed (`--insecure`)
 
     def __repr__(self) -> str:  # never show the key, not even in a traceback
-        return f"Settings(url={self.url!r}, api_key='***')"
+        return f"Settings(url={self.url!r}, api_key='***', insecure={self.insecure!r})"
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:

@@ -9,7 +9,9 @@ from __future__ import annotations
 import secrets
 
 from django.db import models
-from django.db.models import Prefetch, Q
+from django.db.models import F, Func, Prefetch, Q, Value
+from django.db.models.functions import Coalesce
+from django.db.models.lookups import GreaterThan, LessThan
 from django.utils import timezone
 
 from apps.accounts.models import ApiKey, Organization, User
@@ -288,6 +290,44 @@ class JobEvent(models.Model):
         return f"{self.job_id}: {self.type}"
 
 
+# Where a line sits in its attempt's log: a runner line at its seq, a control-plane line
+# right after the runner line with the highest seq stored when it was written (`after_seq`).
+# Logs read back in (attempt, LOG_POSITION, id) order, never in id order alone: a runner
+# batch held up longer than ingestion's FOLLOW_WAIT_S (an outage of the control plane) is
+# stored after its successor, with higher ids, and must still read before it.
+LOG_POSITION = Coalesce(F("seq"), F("after_seq"), Value(0))
+LOG_ORDER = ("attempt", "log_position", "id")
+
+
+class _Row(Func):
+    """A SQL row value, `(a, b, c)`, compared element by element (PostgreSQL and SQLite)."""
+
+    template = "(%(expressions)s)"
+    output_field = models.BigIntegerField()
+
+
+class LogLineQuerySet(models.QuerySet):
+    def in_log_order(self, *, descending: bool = False) -> LogLineQuerySet:
+        """The lines in the order a log is read: (attempt, position, id); the log_job_order
+        index serves it."""
+        keys = [f"-{key}" if descending else key for key in LOG_ORDER]
+        return self.annotate(log_position=LOG_POSITION).order_by(*keys)
+
+    def beyond(self, line: LogLine | None, *, descending: bool = False) -> LogLineQuerySet:
+        """The lines after `line` in log order (before it when `descending`); all of them
+        when `line` is None. Call on `in_log_order()`."""
+        if line is None:
+            return self
+        key = _Row(F("attempt"), LOG_POSITION, F("id"))
+        mark = _Row(Value(line.attempt), Value(line.log_position), Value(line.id))
+        return self.filter(LessThan(key, mark) if descending else GreaterThan(key, mark))
+
+    def position_of(self, line_id: int) -> LogLine | None:
+        """The line `line_id` with its `log_position`, or None when it is not in this set
+        (a cursor naming another job's line, or a line gone with its job)."""
+        return self.annotate(log_position=LOG_POSITION).filter(id=line_id).first()
+
+
 class LogLine(models.Model):
     class Source(models.TextChoices):
         USER = "user"
@@ -313,15 +353,22 @@ class LogLine(models.Model):
     attempt = models.PositiveIntegerField(default=1)
     # The runner's per-attempt sequence number; NULL for lines the control plane writes.
     seq = models.PositiveIntegerField(null=True, blank=True)
+    # A control-plane line's place in its attempt: the highest seq stored when it was
+    # written (0 before any). NULL for runner lines (their seq is their place).
+    after_seq = models.PositiveIntegerField(null=True, blank=True)
     source = models.CharField(max_length=8, choices=Source.choices, default=Source.USER)
     stream = models.CharField(max_length=8, choices=Stream.choices, default=Stream.STDOUT)
     timestamp = models.DateTimeField()
     message = models.TextField()
 
+    objects = LogLineQuerySet.as_manager()
+
     class Meta:
         ordering = ["id"]
         indexes = [
             models.Index(fields=["job", "id"], name="log_job_id"),
+            # Reading a log in order (pages, the job page's window, downloads).
+            models.Index(F("job"), F("attempt"), LOG_POSITION, F("id"), name="log_job_order"),
             # System lines are a few per attempt: only they need an index of their own (a
             # page of user lines walks log_job_id, skipping them). One index fewer to keep
             # up on every batch of the workload's lines.

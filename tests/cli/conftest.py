@@ -14,7 +14,7 @@ import pytest
 from trainyard_cli import client as client_module
 from trainyard_cli.main import run
 
-URL = "http://trainyard.test"
+URL = "https://trainyard.test"
 KEY = "ty_abcd1234_s3cretvalue-never-printed"
 WHOAMI = {
     "principal": "api_key",

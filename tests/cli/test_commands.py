@@ -85,7 +85,7 @@ def test_submit_sends_the_whole_request_with_an_idempotency_key(cli, api, capsys
     assert len(post.headers["Idempotency-Key"]) == 32
     printed = capsys.readouterr()
     assert printed.out == "job_abc\n"
-    assert "http://trainyard.test/o/acme/jobs/job_abc/" in printed.err
+    assert "https://trainyard.test/o/acme/jobs/job_abc/" in printed.err
 
 
 def test_submit_a_script(cli, api, tmp_path):
@@ -156,7 +156,7 @@ def test_no_connection_exits_3_without_showing_the_key(cli, api, capsys):
     api.on("GET", JOBS, refuse)
     assert cli("jobs", "list") == 3
     printed = capsys.readouterr()
-    assert "Cannot reach http://trainyard.test" in printed.err
+    assert "Cannot reach https://trainyard.test" in printed.err
     assert KEY not in printed.err + printed.out
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import stat
 
@@ -44,9 +45,9 @@ def test_saving_over_a_world_readable_file_makes_it_owner_only(tmp_path):
 
 def test_the_environment_wins_over_the_file(tmp_path):
     env = {"HOME": str(tmp_path)}
-    config.save(config.Settings(url="http://file.test", api_key="ty_file"), env)
-    env |= {"TRAINYARD_URL": "http://env.test/", "TRAINYARD_API_KEY": "ty_env"}
-    assert config.load(env) == config.Settings(url="http://env.test", api_key="ty_env")
+    config.save(config.Settings(url="https://file.test", api_key="ty_file"), env)
+    env |= {"TRAINYARD_URL": "https://env.test/", "TRAINYARD_API_KEY": "ty_env"}
+    assert config.load(env) == config.Settings(url="https://env.test", api_key="ty_env")
 
 
 def test_no_settings_at_all_is_a_clear_error(tmp_path):
@@ -68,7 +69,9 @@ def test_login_checks_the_key_then_writes_the_file(cli, api, tmp_path, monkeypat
     monkeypatch.delenv("TRAINYARD_API_KEY")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
 
-    assert cli("login", "--url", URL + "/", "--api-key", KEY) == 0
+    monkeypatch.setattr("sys.stdin", io.StringIO(KEY + "\n"))
+
+    assert cli("login", "--url", URL + "/", "--api-key-stdin") == 0
 
     path = tmp_path / "xdg/trainyard/config.json"
     assert json.loads(path.read_text()) == {"url": URL, "api_key": KEY}
@@ -84,7 +87,9 @@ def test_a_refused_key_writes_nothing(cli, api, tmp_path, monkeypatch, capsys):
     refusal = {"error": {"type": "unauthenticated", "message": "Invalid API key.", "param": None}}
     api.on("GET", "/api/v1/whoami", refusal, status=401)
 
-    assert cli("login", "--url", URL, "--api-key", KEY) == 2
+    monkeypatch.setattr("sys.stdin", io.StringIO(KEY + "\n"))
+
+    assert cli("login", "--url", URL, "--api-key-stdin") == 2
 
     assert not (tmp_path / "xdg").exists()
     printed = capsys.readouterr()

@@ -30,7 +30,12 @@ class Cli:
         self.url, self.key, self.home = url, key, home
 
     def __call__(
-        self, *args: str, timeout: float = 60, with_key: bool = True, cwd: Path | None = None
+        self,
+        *args: str,
+        timeout: float = 60,
+        with_key: bool = True,
+        cwd: Path | None = None,
+        stdin: str | None = None,
     ) -> subprocess.CompletedProcess:
         env = base_env(HOME=str(self.home), COLUMNS="200")
         env.pop("XDG_CONFIG_HOME", None)
@@ -43,6 +48,7 @@ class Cli:
             [TRAINYARD, *args],
             env=env,
             cwd=cwd or self.home,
+            input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -166,11 +172,11 @@ def test_usage_json_table_and_csv(cli):
 
 
 def test_login_writes_a_private_config_that_later_commands_use(cli, compute_org):
-    bad = cli("login", "--url", cli.url, "--api-key", "ty_wrong_key", with_key=False)
+    bad = cli("login", "--url", cli.url, "--api-key-stdin", stdin="ty_wrong_key\n", with_key=False)
     assert bad.returncode == 2
     assert not (cli.home / ".config").exists()
 
-    result = cli("login", "--url", cli.url, "--api-key", cli.key, with_key=False)
+    result = cli("login", "--url", cli.url, "--api-key-stdin", stdin=cli.key + "\n", with_key=False)
 
     assert result.returncode == 0, result.stderr
     assert compute_org.slug in result.stderr

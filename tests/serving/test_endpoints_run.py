@@ -200,8 +200,8 @@ def test_the_openai_sdk_talks_to_an_endpoint_and_usage_is_counted_per_key(
 def test_a_swap_under_load_loses_nothing_and_each_answer_matches_its_revision(
     api, serving_project, tuned, tiny_model, live_stack, api_key
 ):
-    """Four clients stream 50 requests each while the target flips between two adapters
-    ten times: every stream completes, each answer's revision header matches its greedy
+    """Four clients stream requests for as long as the target flips between two adapters
+    (six times): every stream completes, each answer's revision header matches its greedy
     output, and a request that starts after a flip was seen is served by it or later."""
     endpoint_id = _create(api, serving_project, tiny_model, {"job": tuned["a"].job.public_id})["id"]
     _wait_current(api, endpoint_id, "r1")
@@ -236,7 +236,7 @@ def test_a_swap_under_load_loses_nothing_and_each_answer_matches_its_revision(
     flips: list[tuple[float, int]] = []  # (when the flip was seen, revision number)
 
     def flip() -> None:
-        for number in range(2, 12):
+        for number in range(2, 8):
             name = "b" if number % 2 == 0 else "a"
             response = api.session.put(
                 f"{api.base}/api/v1/endpoints/{endpoint_id}/target",
@@ -255,8 +255,10 @@ def test_a_swap_under_load_loses_nothing_and_each_answer_matches_its_revision(
 
     def client() -> None:
         try:
-            for _ in range(50):
+            asked = 0
+            while flipper.is_alive() or asked < 5:
                 results.append(ask())
+                asked += 1
         except BaseException as exc:
             errors.append(exc)
 
@@ -267,8 +269,8 @@ def test_a_swap_under_load_loses_nothing_and_each_answer_matches_its_revision(
     for thread in [flipper, *clients]:
         thread.join(timeout=240)
     assert not errors, errors[:3]
-    assert len(results) == 200
-    assert [number for _, number in flips] == list(range(2, 12))
+    assert len(results) >= 20
+    assert [number for _, number in flips] == list(range(2, 8))
     assert oracle["a"] != oracle["b"]
 
     for revision, text, started in results:
@@ -283,9 +285,9 @@ def test_a_swap_under_load_loses_nothing_and_each_answer_matches_its_revision(
     loaded = httpx.get(
         f"{engine_url}/v1/models", headers={"Authorization": f"Bearer {secret}"}
     ).json()
-    assert sorted(m["id"] for m in loaded["data"]) == ["base", "support-bot-r10", "support-bot-r11"]
+    assert sorted(m["id"] for m in loaded["data"]) == ["base", "support-bot-r6", "support-bot-r7"]
     rolled = api.session.post(f"{api.base}/api/v1/endpoints/{endpoint_id}/rollback").json()
-    assert rolled["current_revision"]["label"] == "r10"
+    assert rolled["current_revision"]["label"] == "r6"
     revision, text, _ = ask()
-    assert (revision, text) == ("r10", oracle["b"])
+    assert (revision, text) == ("r6", oracle["b"])
     assert Job.objects.get(public_id=rolled["job_id"]).state == "running"
