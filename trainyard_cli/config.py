@@ -68,7 +68,7 @@ def normalise_url(url: str, *, insecure: bool = False) -> str:
             raise ConfigError(f"Not a URL: {url!r} ({exc}).") from exc
         if not is_loopback(host):
             raise ConfigError(
-                f"Refusing plain http:// to {host or url!r}: the API key would travel in "
+                f"Refusing plain http:// to {host or url}: the API key would travel in "
                 "clear. Use https://, or pass --insecure to accept that."
             )
     return url
