@@ -55,7 +55,6 @@ FIXTURE_MARKERS = {
 # Modules that listen on 127.0.0.1:8000 and use Redis db 14, whatever fixtures they take.
 PATH_GROUPS = {
     "tests/integration/test_make_run.py": "make_run",
-    "tests/integration/test_make_run_smoke.py": "make_run",
 }
 # Longest first (measured): they start at t=0 on their own workers.
 GROUP_ORDER = ("slurm", "make_run", "engine", "podman")

@@ -322,6 +322,20 @@ class LogLineQuerySet(models.QuerySet):
         mark = _Row(Value(line.attempt), Value(line.log_position), Value(line.id))
         return self.filter(LessThan(key, mark) if descending else GreaterThan(key, mark))
 
+    def place(self, lines: list[LogLine]) -> list[LogLine]:
+        """Set `after_seq` on control-plane lines (no seq) about to be stored: after the
+        highest seq their attempt has stored now. One query per (job, attempt)."""
+        highest: dict[tuple[int, int], int] = {}
+        for line in lines:
+            if line.seq is not None:
+                continue
+            key = (line.job_id, line.attempt)
+            if key not in highest:
+                stored = self.filter(job_id=key[0], attempt=key[1], seq__isnull=False)
+                highest[key] = stored.aggregate(top=models.Max("seq"))["top"] or 0
+            line.after_seq = highest[key]
+        return lines
+
     def position_of(self, line_id: int) -> LogLine | None:
         """The line `line_id` with its `log_position`, or None when it is not in this set
         (a cursor naming another job's line, or a line gone with its job)."""

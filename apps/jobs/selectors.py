@@ -7,7 +7,7 @@ import math
 import re
 from datetime import UTC, datetime
 
-from django.db.models import Count, Prefetch, Q, Sum, prefetch_related_objects
+from django.db.models import Count, Prefetch, Q, QuerySet, Sum, prefetch_related_objects
 from django.db.models.fields.json import KT
 from django.http import Http404
 
@@ -85,7 +85,7 @@ def log_page(
         if source not in LogLine.Source.values:
             raise InvalidRequest("source must be user or system.", param="source")
         lines = lines.filter(source=source)
-    rows, next_cursor = id_page(lines, page)
+    rows, next_cursor = _log_order_page(job, lines, page)
     if source == LogLine.Source.USER:
         total = job.user_log_lines
     elif source == LogLine.Source.SYSTEM:
@@ -93,6 +93,29 @@ def log_page(
     else:
         total = job.user_log_lines + job.system_log_lines
     return rows, next_cursor, total
+
+
+def _log_order_page(
+    job: Job, lines: QuerySet[LogLine], page: PageRequest
+) -> tuple[list[LogLine], str | None]:
+    """One page of `lines` in log order (attempt, position, id; see `LogLine`), not id
+    order: a batch stored late after an outage still reads in its seqs' place. The cursor
+    stays what it always was, the id of the page's last line; the next page starts after
+    that line's place in the order."""
+    after = None
+    if page.after is not None:
+        line_id = page.after[0]
+        if isinstance(line_id, int) and not isinstance(line_id, bool) and 0 <= line_id <= MAX_ID:
+            after = LogLine.objects.filter(job=job).position_of(line_id)
+        if after is None:
+            raise InvalidRequest("The cursor is not valid.", param="cursor")
+    ordered = lines.in_log_order(descending=page.descending).beyond(
+        after, descending=page.descending
+    )
+    rows = list(ordered[: page.limit + 1])
+    has_more = len(rows) > page.limit
+    rows = rows[: page.limit]
+    return rows, encode_cursor([rows[-1].id]) if has_more else None
 
 
 def event_page(job: Job, page: PageRequest) -> tuple[list[JobEvent], str | None, int]:

@@ -348,7 +348,7 @@ def logs_append(*, job: Job, attempt: int, lines: Iterable[LogLineIn]) -> int:
         return 0
     user = sum(1 for row in rows if row.source == LogLine.Source.USER)
     with atomic_joining():
-        created = LogLine.objects.bulk_create(rows, batch_size=1000)
+        created = LogLine.objects.bulk_create(LogLine.objects.place(rows), batch_size=1000)
         seq = push.bump_live_seq(job.pk, user_lines=user, system_lines=len(rows) - user)
         push.push_on_commit(job=job, seq=seq, log_ids=[row.pk for row in created])
     return len(rows)

@@ -34,12 +34,12 @@ from apps.jobs.telemetry import log_archive
 
 
 async def _lines(job_id: int, source: str | None) -> AsyncIterator[bytes]:
-    after_id = 0
+    after = None
     while True:
-        chunk = await sync_to_async(log_archive.read_chunk)(job_id, source, after_id)
+        chunk = await sync_to_async(log_archive.read_chunk)(job_id, source, after)
         if not chunk.body:
             return
-        after_id = chunk.last_id
+        after = chunk.after
         yield chunk.body
 
 

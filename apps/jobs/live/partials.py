@@ -130,13 +130,25 @@ def window_rows(job: Job) -> list[Row]:
 
 
 def window_logs(job: Job) -> list[LogLine]:
-    return list(reversed(LogLine.objects.filter(job=job).order_by("-id")[:WINDOW]))
+    """The last WINDOW lines in log order (attempt, position, id), oldest first."""
+    lines = LogLine.objects.filter(job=job).in_log_order(descending=True)
+    return list(reversed(lines[:WINDOW]))
 
 
 def older_logs(job: Job, before_id: int) -> list[LogLine]:
-    return list(
-        reversed(LogLine.objects.filter(job=job, id__lt=before_id).order_by("-id")[:WINDOW])
-    )
+    """The WINDOW lines before line `before_id` in log order, oldest first; none when it is
+    not a line of this job."""
+    lines = LogLine.objects.filter(job=job)
+    before = lines.position_of(before_id)
+    if before is None:
+        return []
+    older = lines.in_log_order(descending=True).beyond(before, descending=True)
+    return list(reversed(older[:WINDOW]))
+
+
+def has_older_logs(job: Job, first: LogLine) -> bool:
+    """Whether any line of the job reads before `first` (one of `older_logs`' lines)."""
+    return LogLine.objects.filter(job=job).in_log_order().beyond(first, descending=True).exists()
 
 
 def artifacts_context(job: Job) -> dict:
@@ -244,10 +256,13 @@ def render_catch_up(job: Job, *, after_event: int, after_log: int, after_metric:
     parts += [_resume_part(event) for event in events if event.type in RESUME_EVENTS]
     if points:
         parts.append(_metric_parts(job, points[-1], points))
+    # What the page missed is what was stored after the last line it holds (by id: a batch
+    # stored late is missed too), shown in log order among itself.
     new_logs = LogLine.objects.filter(job=job, id__gt=after_log)
-    lines = list(reversed(new_logs.order_by("-id")[:PUSH_LOG_LINES]))
+    newest = sorted(new_logs.order_by("-id").values_list("id", flat=True)[:PUSH_LOG_LINES])
+    lines = list(LogLine.objects.filter(id__in=newest).in_log_order())
     if lines:
-        skipped = new_logs.filter(id__lt=lines[0].id).count() if len(lines) == PUSH_LOG_LINES else 0
+        skipped = new_logs.filter(id__lt=newest[0]).count() if len(lines) == PUSH_LOG_LINES else 0
         parts.append(_log_part(lines, skipped=skipped))
     return "".join(parts)
 

@@ -9,7 +9,7 @@ token's grace, a system line), so it is written out once:
   (`request_build`); those asks coalesce in Redis (`PENDING_KEY`, cleared when a build
   ends, at most `PENDING_TTL_S`), so a popular log does not queue a build per read.
 - **What.** Exactly the bytes `logs.txt` serves without `?source`: every line of every
-  source by id, one message a line, read with the same `read_chunk` in `CHUNK_LINES` chunks
+  source in log order (attempt, position, id; see `LogLine`), one message a line, read with the same `read_chunk` in `CHUNK_LINES` chunks
   and compressed by the same level-1 gzip compressor (`gzip_compressor`), so memory stays
   flat however long the log, and the file can go out as `Content-Encoding: gzip` as it is.
   It is built in a local temporary file first and then saved to the default storage
@@ -67,38 +67,65 @@ PENDING_KEY = "trainyard:log_archive:pending:{job_id}"
 PENDING_TTL_S = 600
 
 
+# A place in a log's reading order: (attempt, position, id), as `LogLine.LOG_ORDER`.
+LogKey = tuple[int, int, int]
+
+
 class Chunk(NamedTuple):
-    last_id: int  # the id of its last line (`after_id` again past the end)
+    after: LogKey | None  # the place of its last line (the `after` it was read from, at the end)
+    last_id: int  # the highest id among its lines (0 past the end)
     lines: int
     body: bytes  # one message a line, UTF-8; b"" past the end
 
 
-def read_chunk(job_id: int, source: str | None, after_id: int, limit: int | None = None) -> Chunk:
-    """The next `limit` (CHUNK_LINES) messages after `after_id`, of one source or all, by
-    id. PostgreSQL joins the chunk itself (one string rather than a row object per line);
-    SQLite joins it here."""
+def read_chunk(
+    job_id: int, source: str | None, after: LogKey | None, limit: int | None = None
+) -> Chunk:
+    """The next `limit` (CHUNK_LINES) messages after the place `after` (from the start when
+    None), of one source or all, in log order (attempt, position, id; see `LogLine`), so a
+    batch stored late still reads in its seqs' place. PostgreSQL joins the chunk itself (one
+    string rather than a row object per line); SQLite joins it here."""
     limit = limit or CHUNK_LINES
     if connection.vendor != "postgresql":
-        lines = LogLine.objects.filter(job_id=job_id, id__gt=after_id)
+        lines = LogLine.objects.filter(job_id=job_id)
         if source:
             lines = lines.filter(source=source)
-        rows = list(lines.order_by("id").values_list("id", "message")[:limit])
+        mark = None
+        if after is not None:
+            mark = LogLine(attempt=after[0], id=after[2])
+            mark.log_position = after[1]
+        ordered = lines.in_log_order().beyond(mark)
+        rows = list(ordered.values_list("attempt", "log_position", "id", "message")[:limit])
         if not rows:
-            return Chunk(after_id, 0, b"")
-        return Chunk(rows[-1][0], len(rows), ("\n".join(m for _, m in rows) + "\n").encode())
+            return Chunk(after, 0, 0, b"")
+        body = ("\n".join(row[3] for row in rows) + "\n").encode()
+        return Chunk(tuple(rows[-1][:3]), max(row[2] for row in rows), len(rows), body)
     table = LogLine._meta.db_table
-    where = "job_id = %s AND id > %s" + (" AND source = %s" if source else "")
-    params = [job_id, after_id, *([source] if source else []), limit]
+    position = "COALESCE(seq, after_seq, 0)"
+    where = "job_id = %s"
+    params: list = [job_id]
+    if after is not None:
+        where += f" AND (attempt, {position}, id) > (%s, %s, %s)"
+        params += list(after)
+    if source:
+        where += " AND source = %s"
+        params.append(source)
+    params.append(limit)
+    order = "attempt {0}, pos {0}, id {0}"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT max(id), count(*), string_agg(message, E'\\n' ORDER BY id) FROM "
-            f"(SELECT id, message FROM {table} WHERE {where} ORDER BY id LIMIT %s) AS chunk",
+            f"SELECT (array_agg(attempt ORDER BY {order.format('DESC')}))[1], "
+            f"(array_agg(pos ORDER BY {order.format('DESC')}))[1], "
+            f"(array_agg(id ORDER BY {order.format('DESC')}))[1], max(id), count(*), "
+            f"string_agg(message, E'\\n' ORDER BY {order.format('')}) FROM "
+            f"(SELECT attempt, {position} AS pos, id, message FROM {table} WHERE {where} "
+            f"ORDER BY attempt, {position}, id LIMIT %s) AS chunk",
             params,
         )
-        last_id, count, text = cursor.fetchone()
+        attempt, pos, line_id, last_id, count, text = cursor.fetchone()
     if last_id is None:
-        return Chunk(after_id, 0, b"")
-    return Chunk(last_id, count, (text + "\n").encode("utf-8", "replace"))
+        return Chunk(after, 0, 0, b"")
+    return Chunk((attempt, pos, line_id), last_id, count, (text + "\n").encode("utf-8", "replace"))
 
 
 def gzip_compressor():
@@ -170,19 +197,20 @@ def request_build(job_id: int) -> None:
 
 def _write(job: Job) -> tuple[str, int, int]:
     """Write the job's log to storage as one gzip file; (storage name, last id, lines)."""
-    after_id, lines = 0, 0
+    after, last_id, lines = None, 0, 0
     compressor = gzip_compressor()
     with tempfile.TemporaryFile() as spool:
         while True:
-            chunk = read_chunk(job.pk, None, after_id)
+            chunk = read_chunk(job.pk, None, after)
             if not chunk.body:
                 break
-            after_id, lines = chunk.last_id, lines + chunk.lines
+            after, lines = chunk.after, lines + chunk.lines
+            last_id = max(last_id, chunk.last_id)
             spool.write(compressor.compress(chunk.body))
         spool.write(compressor.flush())
         spool.seek(0)
         name = default_storage.save(archive_path(job), File(spool, name=archive_path(job)))
-    return name, after_id, lines
+    return name, last_id, lines
 
 
 def _delete(name: str) -> None:

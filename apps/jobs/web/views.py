@@ -72,7 +72,7 @@ def job_live(request: HttpRequest, org_slug: str, job_id: str) -> HttpResponse:
 def job_logs_older(request: HttpRequest, org_slug: str, job_id: str) -> HttpResponse:
     membership, job = _job_for(request, org_slug, job_id)
     lines = partials.older_logs(job, _int_param(request, "before"))
-    has_more = bool(lines) and job.log_lines.filter(id__lt=lines[0].id).exists()
+    has_more = bool(lines) and partials.has_older_logs(job, lines[0])
     context = {"org": membership.organization, "job": job, "lines": lines, "has_more": has_more}
     return TemplateResponse(request, "jobs/logs_older.html", context)
 
