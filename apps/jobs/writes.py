@@ -131,7 +131,9 @@ class JobWrite:
         job = self.job
         seq = self._update_job()
         events = JobEvent.objects.bulk_create(self._events) if self._events else []
-        lines = LogLine.objects.bulk_create(LogLine.objects.place(self._lines)) if self._lines else []
+        lines = (
+            LogLine.objects.bulk_create(LogLine.objects.place(self._lines)) if self._lines else []
+        )
         if job.state != self._from_state:  # a chain back to where it began moves no count
             count(job, self._from_state, job.state)
         push.push_on_commit(

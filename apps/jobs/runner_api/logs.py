@@ -1,7 +1,8 @@
 """`POST jobs/<job id>/logs`: a batch of the workload's log lines (docs/runner-protocol.md),
 stored once per sequence number, so a batch sent twice is counted once. A batch marked
 `follows: N` was sent while the batch ending at seq N may still be in flight: it waits
-(briefly) for that one to be stored first, so ids keep the order of seqs. A batch served
+(briefly) for that one to be stored first, so ids usually keep the order of seqs; readers
+never rely on it (they read in `LogLine` log order, attempt then seq). A batch served
 counts as the runner's heartbeat (`supervision.runner_heard`), and its answer carries the
 runner's order as a heartbeat's does, so a runner that is sending batches need not also send
 heartbeats."""

@@ -9,7 +9,8 @@ token's grace, a system line), so it is written out once:
   (`request_build`); those asks coalesce in Redis (`PENDING_KEY`, cleared when a build
   ends, at most `PENDING_TTL_S`), so a popular log does not queue a build per read.
 - **What.** Exactly the bytes `logs.txt` serves without `?source`: every line of every
-  source in log order (attempt, position, id; see `LogLine`), one message a line, read with the same `read_chunk` in `CHUNK_LINES` chunks
+  source in log order (attempt, position, id; see `LogLine`), one message a line, read with
+  the same `read_chunk` in `CHUNK_LINES` chunks
   and compressed by the same level-1 gzip compressor (`gzip_compressor`), so memory stays
   flat however long the log, and the file can go out as `Content-Encoding: gzip` as it is.
   It is built in a local temporary file first and then saved to the default storage
