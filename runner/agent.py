@@ -14,8 +14,9 @@
    processes after `terminate_grace_s`: every other member of the group, and any process
    carrying the attempt's TRAINYARD_JOB_ID and TRAINYARD_ATTEMPT that left it
    (`runner.workload.kill_leftovers`); what the workload leaves behind when it exits is
-   killed the same way. `checkpoint_and_exit` sends SIGUSR1 to the group first and
-   terminates after the grace.
+   killed the same way. SIGUSR2 to the runner ends the grace at once (a backend whose
+   grace is shorter than the spec's: slurmctl's `cancel`). `checkpoint_and_exit` sends
+   SIGUSR1 to the group first and terminates after the grace.
 5. When the workload exits: `exit.json` is written, the readers drained, the line
    `workload exited with code N` spooled, every line flushed, `exit` posted, exit 0 — all
    within `final_flush_timeout_s`.
@@ -148,6 +149,7 @@ class Runner:
         # attributes, because a signal handler must not take a lock the main thread holds.
         self._terminate_requested = False
         self._checkpoint_requested = False
+        self._kill_requested = False  # SIGUSR2: the grace is over (slurmctl's cancel)
         self._abort: tuple[int, str] | None = None
         self._lock_fh: Any = None
         self.spool: Spool | None = None
@@ -186,6 +188,10 @@ class Runner:
     def _on_terminate_signal(self, signum: int, frame: object) -> None:
         self._terminate_requested = True
 
+    def _on_kill_signal(self, signum: int, frame: object) -> None:
+        self._terminate_requested = True
+        self._kill_requested = True
+
     def _on_usr1(self, signum: int, frame: object) -> None:
         # The runner shares the workload's group, so it receives the SIGUSR1 it sends. A
         # handler rather than SIG_IGN: an ignored signal stays ignored across exec, and a
@@ -196,6 +202,7 @@ class Runner:
         signal.signal(signal.SIGTERM, self._on_terminate_signal)
         signal.signal(signal.SIGINT, self._on_terminate_signal)
         signal.signal(signal.SIGUSR1, self._on_usr1)
+        signal.signal(signal.SIGUSR2, self._on_kill_signal)
 
     def _stopping(self) -> bool:
         return self._terminate_requested or self._abort is not None
@@ -453,7 +460,8 @@ class Runner:
                 self.collector.system("terminating: sending SIGTERM to the workload")
                 # The runner gets it too; its handler only notes it.
                 self._signal_group(signal.SIGTERM)
-            if term_at is not None and not killed and now >= term_at + grace:
+            over = self._kill_requested or (term_at is not None and now >= term_at + grace)
+            if term_at is not None and not killed and over:
                 killed = True
                 self.collector.system(
                     f"the workload did not exit within {grace:g} s; sending SIGKILL"

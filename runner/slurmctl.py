@@ -19,9 +19,9 @@ Ops:
   reconcile pass: one round trip to the login node per provider, not one per attempt); a
   malformed handle gets `{"error", "retryable"}` in its place.
 - `cancel JOBID GRACE [NAME [USER HELPER]]`: SIGTERM to every process of the job now (a
-  pending job is cancelled at once), SIGKILL and cancel after GRACE seconds (and
-  `RUNNER_KILL_MARGIN_S`: the runner kills its workload's process group first) by a
-  detached helper; returns at once.
+  pending job is cancelled at once); after GRACE seconds a detached helper sends SIGUSR2
+  to the runner (it kills its workload's process group), then SIGKILL and cancel
+  `RUNNER_KILL_MARGIN_S` later; returns at once.
 - `release JOBID WORKDIR [NAME [USER HELPER]]`: kill and cancel the job (idempotent), then
   delete WORKDIR (nothing a workload planted there reaches a later tenant) and the
   attempt's user.
@@ -76,10 +76,10 @@ OUTPUT_PATTERN = "slurm-%j.out"
 COMMAND_TIMEOUT_S = 60.0
 DIAGNOSTIC_LINES = 40
 EXIT_SIGTERM = 143  # runner.protocol's: terminated, or never started because terminated
-# cancel's SIGKILL comes this long after the grace: the runner's own kill, at the end of the
-# same grace, must reach the workload's whole process group first. Slurm's kill of the batch
-# step does not reach what the runner's death orphaned (proctrack/linuxproc).
-RUNNER_KILL_MARGIN_S = 5.0
+# At the end of cancel's grace the runner gets SIGUSR2 (kill the workload's whole process
+# group now), and SIGKILL this long after: Slurm's kill of the batch step does not reach
+# what the runner's death orphaned (proctrack/linuxproc).
+RUNNER_KILL_MARGIN_S = 1.0
 
 SUBMIT_KEYS = (
     "token",  # the runner token: written to runner.token, nowhere else
@@ -423,8 +423,8 @@ def cancel(
     job_id: str, grace_s: float, name: str | None = None, owner: Sequence[str] = ()
 ) -> dict[str, Any]:
     """SIGTERM to the job's processes (a pending job is cancelled outright); after the
-    grace period (and `RUNNER_KILL_MARGIN_S`, for the runner to kill its workload first)
-    a detached helper SIGKILLs what is left and cancels the job."""
+    grace period a detached helper tells the runner to kill its workload's process group
+    (SIGUSR2), then `RUNNER_KILL_MARGIN_S` later SIGKILLs what is left and cancels the job."""
     _scancel(job_id, name, "--state=PENDING", owner=owner)
     _scancel(job_id, name, "--signal=TERM", "--full", owner=owner)
     # SIGKILL to the batch step ends the job at once (FAILED; slurmstepd kills what is left
@@ -435,7 +435,8 @@ def cancel(
         shlex.quote(part) for part in as_attempt_user(*(owner or (None, None)), ["scancel"])
     )
     later = (
-        f"sleep {max(0.0, float(grace_s)) + RUNNER_KILL_MARGIN_S:g}; "
+        f"sleep {max(0.0, float(grace_s)):g}; "
+        f"{scancel} --signal=USR2 --batch {target} 2>/dev/null; sleep {RUNNER_KILL_MARGIN_S:g}; "
         f"{scancel} --signal=KILL --batch {target} 2>/dev/null; {scancel} {target} 2>/dev/null"
     )
     subprocess.Popen(
