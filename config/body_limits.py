@@ -25,7 +25,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 
-from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.utils.module_loading import import_string
 
@@ -81,22 +81,24 @@ def _signed_in(cookie_header: str) -> bool:
 
 
 async def body_limit(scope: dict) -> int:
-    """The most bytes this request's body may have."""
+    """The most bytes this request's body may have. Its lookups run before Django's request
+    begins, so they close a connection the database ended themselves (database_sync_to_async,
+    as a request's start and end would), rather than answer 500 on it."""
     path, headers = scope["path"], _headers(scope)
     if scope["method"] == "POST":
         match = ARTIFACT_UPLOAD.match(path)
-        if match and await sync_to_async(_artifact_uploader)(
+        if match and await database_sync_to_async(_artifact_uploader)(
             match["job_id"], headers.get("authorization", "")
         ):
             return settings.ARTIFACT_MAX_BYTES
-        if DATASET_UPLOAD.match(path) and await sync_to_async(_signed_in)(
+        if DATASET_UPLOAD.match(path) and await database_sync_to_async(_signed_in)(
             headers.get("cookie", "")
         ):
             return settings.DATASET_MAX_BYTES + FORM_OVERHEAD_BYTES
         api_upload = DATASET_API_UPLOAD.match(path) or WORKDIR_UPLOAD.match(path)
         if api_upload and (
-            await sync_to_async(_api_key_valid)(headers.get("authorization", ""))
-            or await sync_to_async(_signed_in)(headers.get("cookie", ""))
+            await database_sync_to_async(_api_key_valid)(headers.get("authorization", ""))
+            or await database_sync_to_async(_signed_in)(headers.get("cookie", ""))
         ):
             if WORKDIR_UPLOAD.match(path):
                 return settings.WORKDIR_MAX_BYTES + FORM_OVERHEAD_BYTES
