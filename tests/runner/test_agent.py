@@ -21,7 +21,9 @@ from tests.runner.peer import ControlPlane
 REPO = Path(__file__).resolve().parents[2]
 # The runner must run on any python3 >= 3.9: RUNNER_PYTHON=/path/to/python3.9 checks that.
 RUNNER_PYTHON = os.environ.get("RUNNER_PYTHON") or sys.executable
-JOB = "job_runnertest"
+# A job id of this process's own: a runner kills whatever carries its job id and attempt
+# when its workload ends, so two xdist workers' runners must never share them.
+JOB = f"job_runnertest{os.getpid()}"
 TOKEN = "runner-token-5f2a9c"
 SECRET = "hf_resolvedSecretValue"
 GRACE_S = 2.0

@@ -26,6 +26,7 @@ from runner.artifacts import (
 # ruff reads as a redefinition in every test that takes them.
 # ruff: noqa: F811
 from tests.runner.test_agent import (  # noqa: F401
+    JOB,
     _runner_log,
     assert_complete,
     launch,
@@ -303,7 +304,7 @@ PRINT_RESUME = r"""
 echo "resume=$TRAINYARD_RESUME_FROM"
 if [ -n "$TRAINYARD_RESUME_FROM" ]; then cat "$TRAINYARD_RESUME_FROM/trainer_state.json"; echo; fi
 """
-DOWNLOAD = "/api/v1/runner/jobs/job_runnertest/artifacts/12/download"
+DOWNLOAD = f"/api/v1/runner/jobs/{JOB}/artifacts/12/download"
 
 
 def _resume_from(body: bytes, **overrides) -> dict:
