@@ -111,6 +111,19 @@ def build_parser() -> argparse.ArgumentParser:
     _compute_flags(p)
     _json_flag(p)
     p.set_defaults(handler=jobs.submit, takes_command=True)
+    p = job_commands.add_parser(
+        "plan",
+        help="where a job would run now, and why not elsewhere (creates nothing)",
+        usage="trainyard jobs plan IMAGE [options] (-- COMMAND ... | --script FILE)",
+    )
+    p.add_argument("image", help="container image (`local`: the host runtime)")
+    p.add_argument("--script", metavar="FILE", help="a script to run instead of a command")
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--secret", action="append", default=[], metavar="NAME=SECRET_ID:KEY")
+    p.add_argument("--project", help="project id (proj_…) or slug; default: `default`")
+    _compute_flags(p)
+    _json_flag(p)
+    p.set_defaults(handler=jobs.plan, takes_command=True)
     p = job_commands.add_parser("list", help="jobs, newest first")
     p.add_argument("--state")
     p.add_argument("--project")
@@ -210,7 +223,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         parser.print_help(sys.stderr)
         raise UsageError("Name a command.")
     if command and not getattr(args, "takes_command", False):
-        raise UsageError("Only `jobs submit` takes a command after `--`.")
+        raise UsageError("Only `jobs submit` and `jobs plan` take a command after `--`.")
     args.job_command = command
     return args
 

@@ -46,7 +46,7 @@ class WaitingJobsLimit(ApiError):
     default_detail = "This organization has too many jobs waiting to be placed."
 
 
-def _check_waiting_limit(organization: Organization) -> None:
+def _check_waiting_limit(organization: Organization, *, lock: bool = True) -> None:
     """At most MAX_WAITING_JOBS_PER_ORG of an organization's jobs wait in `requested`.
     The organization's row is locked, so concurrent submits cannot both take the last
     place; the count comes from the per-state counters, not from counting jobs.
@@ -56,7 +56,8 @@ def _check_waiting_limit(organization: Organization) -> None:
     FOR KEY SHARE that every insert referencing the row takes (a dispatch writing a meter
     for the organization), and a submit waiting on that dispatch's counter row deadlocked
     with it."""
-    Organization.objects.select_for_update(no_key=True).filter(pk=organization.pk).first()
+    if lock:
+        Organization.objects.select_for_update(no_key=True).filter(pk=organization.pk).first()
     waiting = (
         JobCounter.objects.filter(organization=organization, state=JobState.REQUESTED).aggregate(
             total=Sum("count")
@@ -181,25 +182,13 @@ def _create(
     project = _project_for(organization, spec.pop("project"))
     hold_micros, first_minute_micros = _pricing(spec)
     with transaction.atomic():
-        job = Job.objects.create(
-            organization=organization,
-            project=project,
-            created_by=created_by,
-            created_by_key=created_by_key,
-            name=spec["name"],
-            kind=kind,
-            priority_class=spec["priority_class"],
-            spec=spec,
-            accelerator=spec["compute"]["accelerator"],
-            gpu_count=spec["compute"]["gpu_count"],
-            ephemeral_disk_gb=spec["compute"]["ephemeral_disk_gb"],
-            max_runtime_hours=spec["limits"]["max_runtime_hours"],
-            max_cost_micros=spec["limits"]["max_cost_micros"],
-            max_price_micros_hr=spec["limits"]["max_price_micros_hr"],
-            idempotency_key=idempotency_key or None,
-            request_hash=digest,
-            live_seq=1,  # its first write's number: the event below
-        )
+        job = _job_of(organization, project, spec, kind)
+        job.created_by = created_by
+        job.created_by_key = created_by_key
+        job.idempotency_key = idempotency_key or None
+        job.request_hash = digest
+        job.live_seq = 1  # its first write's number: the event below
+        job.save(force_insert=True)
         record_event(
             job=job,
             type=JobEventType.JOB_CREATED,
@@ -226,6 +215,55 @@ def _create(
         # Robust: if the broker is away, reconcile still finds the job in `requested`.
         enqueue.dispatch_on_commit(job.pk)
     return job
+
+
+def _job_of(organization: Organization, project: Project | None, spec: dict, kind: str) -> Job:
+    """The unsaved Job a validated spec makes (its project popped from the spec)."""
+    return Job(
+        organization=organization,
+        project=project,
+        name=spec["name"],
+        kind=kind,
+        priority_class=spec["priority_class"],
+        spec=spec,
+        accelerator=spec["compute"]["accelerator"],
+        gpu_count=spec["compute"]["gpu_count"],
+        ephemeral_disk_gb=spec["compute"]["ephemeral_disk_gb"],
+        max_runtime_hours=spec["limits"]["max_runtime_hours"],
+        max_cost_micros=spec["limits"]["max_cost_micros"],
+        max_price_micros_hr=spec["limits"]["max_price_micros_hr"],
+    )
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    job: Job  # unsaved
+    hold_micros: int
+
+
+def job_plan(
+    *, organization: Organization, payload: object, kind: str = Job.Kind.CONTAINER
+) -> PlannedJob:
+    """A dry run of `job_create`: the same checks in the same order, raising the same
+    errors (400 invalid request, 404 project, 422 ceilings, 402 budget, 429 waiting limit),
+    and the unsaved job it would create. Writes nothing (not even the default project)
+    and locks nothing, so a submit a moment later may still be refused."""
+    spec = validate_job_request(organization=organization, payload=payload)
+    project_id = spec.pop("project")
+    if project_id:
+        project = _project_for(organization, project_id)
+    else:
+        project = Project.objects.filter(
+            organization=organization, slug=DEFAULT_PROJECT_SLUG
+        ).first()
+    hold_micros, first_minute_micros = _pricing(spec)
+    billing_budgets.check_create(
+        organization_id=organization.pk,
+        project_id=project.pk if project else None,
+        first_minute_micros=first_minute_micros,
+    )
+    _check_waiting_limit(organization, lock=False)
+    return PlannedJob(_job_of(organization, project, spec, kind), hold_micros)
 
 
 def hold_for(spec: dict) -> int:

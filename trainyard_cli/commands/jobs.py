@@ -1,4 +1,4 @@
-"""`trainyard jobs submit | list | get`, and `trainyard terminate`."""
+"""`trainyard jobs submit | plan | list | get`, and `trainyard terminate`."""
 
 from __future__ import annotations
 
@@ -122,6 +122,45 @@ def submit(ctx: Context, args: argparse.Namespace) -> int:
     return 0
 
 
+def plan(ctx: Context, args: argparse.Namespace) -> int:
+    """A dry run of `submit`: where the job would run now, and why each other offer would
+    not. Creates nothing (no job, no upload)."""
+    if bool(args.job_command) == bool(args.script):
+        raise UsageError("Give a command after `--`, or --script FILE (one of them).")
+    answer = ctx.client.post_json(f"{JOBS}/plan", build_body(args, ctx, None))
+    if args.json:
+        output.print_json(answer)
+        return 0
+    offer = answer.get("offer")
+    output.fields(
+        [
+            (
+                "would run on",
+                f"{offer['provider']} (offer {offer['offer']}, {offer['accelerator']}, "
+                f"{output.usd(offer['price_usd_hr'])}/h)"
+                if offer
+                else "nothing now: it would wait",
+            ),
+            ("summary", answer.get("summary")),
+            ("hold", output.usd(answer.get("hold_usd"))),
+        ]
+    )
+    _print_offers(answer.get("offers") or [])
+    return 0
+
+
+def _print_offers(offers: list[dict]) -> None:
+    """One line per offer considered: why it is excluded, or that it could take the job."""
+    console = output.out()
+    for offer in offers:
+        why = f"{offer['excluded']}: {offer['message']}" if offer.get("excluded") else "available"
+        console.print(
+            f"  {offer['provider']} offer {offer['offer']} ({offer['accelerator']}, "
+            f"{offer['market']}): {why}",
+            markup=False,
+        )
+
+
 def list_jobs(ctx: Context, args: argparse.Namespace) -> int:
     page = ctx.client.get_json(
         JOBS,
@@ -180,7 +219,13 @@ def get(ctx: Context, args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(job)
         return 0
-    output.fields([*_summary(job), ("page", ctx.job_page(job["id"]))])
+    waiting = job.get("waiting_reason")
+    rows = [*_summary(job), ("page", ctx.job_page(job["id"]))]
+    if waiting:
+        rows.append(("waiting", waiting["summary"]))
+    output.fields(rows)
+    if waiting:
+        _print_offers(waiting.get("offers") or [])
     return 0
 
 

@@ -1,5 +1,6 @@
-"""`/api/v1/compute/jobs`: create (with Idempotency-Key), list, read, terminate, and read a
-job's logs and events. One view per operation; each calls one service or selector."""
+"""`/api/v1/compute/jobs`: create (with Idempotency-Key), plan (a dry run of create), list,
+read, terminate, and read a job's logs and events. One view per operation; each calls one
+service or selector."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ from apps.jobs.api.serializers import (
     JobPage,
     LogLineOut,
     LogPage,
+    PlanOut,
+    plan_data,
 )
 from apps.jobs.artifacts.files import artifact_response
 from apps.jobs.artifacts.store import artifact_pk
+from apps.jobs.execution import placement
 from apps.jobs.models import Job
 from apps.jobs.specs import JobCreateIn
 
@@ -42,6 +46,10 @@ _PAGE_PARAMS = [
 
 class ComputeView(APIView):
     permission_classes = COMPUTE_PERMISSIONS
+
+
+# Jobs shown by these views say why they wait (JobOut's `waiting_reason`).
+EXPLAIN = {"explain_waiting": True}
 
 
 def _idempotency_key(request) -> str:
@@ -65,10 +73,10 @@ def create_response(request, payload: dict, kind: str) -> Response:
     )
     if result.created:
         job = selectors.as_created(result.job)
-        return Response(JobOut(job).data, status=status.HTTP_201_CREATED)
+        return Response(JobOut(job, context=EXPLAIN).data, status=status.HTTP_201_CREATED)
     # An earlier request with this key created it: the job as it stands now.
     job = selectors.job_for_org(who.organization, result.job.public_id)
-    return Response(JobOut(job).data, status=status.HTTP_200_OK)
+    return Response(JobOut(job, context=EXPLAIN).data, status=status.HTTP_200_OK)
 
 
 class JobCollectionView(ComputeView):
@@ -105,14 +113,36 @@ class JobCollectionView(ComputeView):
             state=request.query_params.get("state"),
         )
         return Response(
-            {"data": JobOut(jobs, many=True).data, "next_cursor": next_cursor, "total": total}
+            {
+                "data": JobOut(jobs, many=True, context=EXPLAIN).data,
+                "next_cursor": next_cursor,
+                "total": total,
+            }
+        )
+
+
+class JobPlanView(ComputeView):
+    @extend_schema(
+        request=JobCreateIn,
+        responses={200: PlanOut},
+        summary="Plan a job: where it would run now, and why every other offer would not",
+        description="A dry run of create: the same body, validated the same way (the same "
+        "errors), and nothing created, held or reserved.",
+        operation_id="compute_jobs_plan",
+    )
+    def post(self, request):
+        planned = services.job_plan(organization=caller(request).organization, payload=request.data)
+        explanation = placement.explain(planned.job)
+        return Response(
+            plan_data(explanation, gpu_count=planned.job.gpu_count, hold_micros=planned.hold_micros)
         )
 
 
 class JobDetailView(ComputeView):
     @extend_schema(responses=JobOut, summary="Get a job", operation_id="compute_jobs_get")
     def get(self, request, job_id: str):
-        return Response(JobOut(selectors.job_for_org(caller(request).organization, job_id)).data)
+        job = selectors.job_for_org(caller(request).organization, job_id)
+        return Response(JobOut(job, context=EXPLAIN).data)
 
 
 class JobTerminateView(ComputeView):
@@ -121,7 +151,7 @@ class JobTerminateView(ComputeView):
         organization = caller(request).organization
         job = selectors.job_for_org(organization, job_id)
         services.job_terminate(job=job)
-        return Response(JobOut(selectors.job_for_org(organization, job_id)).data)
+        return Response(JobOut(selectors.job_for_org(organization, job_id), context=EXPLAIN).data)
 
 
 class JobLogsView(ComputeView):

@@ -7,6 +7,7 @@ from rest_framework import serializers
 
 from apps.core.money import micros_to_usd
 from apps.jobs import selectors
+from apps.jobs.execution import placement
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine, MetricSample
 from apps.jobs.states import JobState
 
@@ -92,9 +93,62 @@ class ContainerOut(serializers.Serializer):
     files = serializers.DictField(child=serializers.CharField())
 
 
+class OfferConsideredOut(serializers.Serializer):
+    """One offer placement weighed for a job: `excluded` is a stable code (null: it could
+    take the job now) and `message` says why in words."""
+
+    provider = serializers.CharField()
+    offer = serializers.IntegerField()
+    accelerator = serializers.CharField()
+    market = serializers.CharField()
+    price_usd_hr = serializers.FloatField(help_text="Per GPU-hour, now")
+    excluded = serializers.ChoiceField(
+        choices=[(code, code) for code in placement.EXCLUSION_CODES], allow_null=True
+    )
+    message = serializers.CharField(allow_null=True)
+
+
+class WaitingReasonOut(serializers.Serializer):
+    summary = serializers.CharField()
+    offers = OfferConsideredOut(many=True)
+
+
+def considered_data(explanation: placement.Explanation) -> list[dict]:
+    return [
+        {
+            "provider": c.offer.provider.name,
+            "offer": c.offer.pk,
+            "accelerator": c.offer.accelerator.name,
+            "market": c.offer.market,
+            "price_usd_hr": micros_to_usd(c.offer.price_per_gpu_hour_micros),
+            "excluded": c.excluded.code if c.excluded else None,
+            "message": c.excluded.message if c.excluded else None,
+        }
+        for c in explanation.considered
+    ]
+
+
+# A job waits for a place in these states (apps.jobs.execution.dispatch.WAITING).
+WAITING_STATES = frozenset({JobState.REQUESTED, JobState.PREEMPTED})
+
+
+def waiting_reason_data(job: Job) -> dict | None:
+    """Why a waiting job is not placed, by placement's own rules; None for one that does
+    not wait."""
+    if job.state not in WAITING_STATES:
+        return None
+    explanation = placement.explain(job)
+    return {"summary": explanation.summary, "offers": considered_data(explanation)}
+
+
 class JobOut(serializers.Serializer):
     """A job as the API shows it. `hardware`, `price_usd_hr` and `ssh` describe the current
-    (or last) attempt and are null before the first allocation."""
+    (or last) attempt and are null before the first allocation.
+
+    `waiting_reason` (for a job waiting to be placed; null otherwise) says why no offer
+    takes it, offer by offer, by the rules placement applies. It costs queries, so it is
+    filled only where the view asks for it (context `explain_waiting`): the compute and
+    fine-tune endpoints all do."""
 
     id = serializers.CharField(source="public_id")
     name = serializers.CharField()
@@ -119,6 +173,13 @@ class JobOut(serializers.Serializer):
     preemption_count = serializers.IntegerField()
     attempts = AttemptOut(many=True)
     latest_metrics = serializers.SerializerMethodField()
+    waiting_reason = serializers.SerializerMethodField()
+
+    @extend_schema_field(WaitingReasonOut(allow_null=True))
+    def get_waiting_reason(self, job: Job) -> dict | None:
+        if not self.context.get("explain_waiting"):
+            return None
+        return waiting_reason_data(job)
 
     def _last_attempt(self, job: Job) -> Attempt | None:
         attempts = list(job.attempts.all())
@@ -177,6 +238,42 @@ class JobOut(serializers.Serializer):
     def get_latest_metrics(self, job: Job) -> dict[str, float | None]:
         """Each series' latest value (null: NaN or infinity), from the job row: no query."""
         return selectors.latest_metrics(job)
+
+
+class PlanOfferOut(serializers.Serializer):
+    provider = serializers.CharField()
+    offer = serializers.IntegerField()
+    accelerator = serializers.CharField()
+    market = serializers.CharField()
+    price_usd_hr = serializers.FloatField(help_text="The whole job per hour, now")
+
+
+class PlanOut(serializers.Serializer):
+    """A dry run of a job create: the offer placement would take now (null: none) and
+    every offer with why it is excluded. A snapshot: nothing is reserved."""
+
+    offer = PlanOfferOut(allow_null=True)
+    summary = serializers.CharField()
+    offers = OfferConsideredOut(many=True)
+    hold_usd = serializers.FloatField(help_text="What the job would hold at submit")
+
+
+def plan_data(explanation: placement.Explanation, *, gpu_count: int, hold_micros: int) -> dict:
+    chosen = explanation.chosen
+    return {
+        "offer": None
+        if chosen is None
+        else {
+            "provider": chosen.provider.name,
+            "offer": chosen.pk,
+            "accelerator": chosen.accelerator.name,
+            "market": chosen.market,
+            "price_usd_hr": micros_to_usd(chosen.price_per_gpu_hour_micros * gpu_count),
+        },
+        "summary": explanation.summary,
+        "offers": considered_data(explanation),
+        "hold_usd": micros_to_usd(hold_micros),
+    }
 
 
 class LogLineOut(serializers.ModelSerializer):

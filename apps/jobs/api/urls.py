@@ -6,6 +6,7 @@ urlpatterns = [
     path("catalog/quotes", quotes.QuoteView.as_view(), name="api-quotes"),
     path("market/ladder", quotes.LadderView.as_view(), name="api-market-ladder"),
     path("jobs", jobs.JobCollectionView.as_view(), name="api-jobs"),
+    path("jobs/plan", jobs.JobPlanView.as_view(), name="api-jobs-plan"),
     path("jobs/<str:job_id>", jobs.JobDetailView.as_view(), name="api-job"),
     path("jobs/<str:job_id>/terminate", jobs.JobTerminateView.as_view(), name="api-job-terminate"),
     path("jobs/<str:job_id>/logs", jobs.JobLogsView.as_view(), name="api-job-logs"),

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from itertools import chain
 
 from django.template.loader import render_to_string
+from django.utils.module_loading import import_string
 
 from apps.core.template_filters import sci, sig
 from apps.jobs import dashboard
@@ -168,6 +169,19 @@ def waiting_reason(job: Job) -> str:
     return dashboard.waiting_reasons([job], over_budget=False)[job.pk]
 
 
+# Placement's own account of why a job waits, offer by offer. It lives in
+# apps.jobs.execution, above this layer, so it is found by its dotted path (as kinds are).
+EXPLAIN_WAITING = "apps.jobs.execution.placement.explain"
+WAITING_STATES = frozenset({JobState.REQUESTED, JobState.PREEMPTED})
+
+
+def waiting_explanation(job: Job):
+    """`placement.explain(job)` for a job waiting to be placed; None for any other."""
+    if job.state not in WAITING_STATES:
+        return None
+    return import_string(EXPLAIN_WAITING)(job)
+
+
 def state_context(job: Job) -> dict:
     """Every fact of the job page that changes while it runs: status, cost, attempts and
     the Configuration block. Rendered for the page, each state push and each catch-up, so
@@ -179,6 +193,7 @@ def state_context(job: Job) -> dict:
         "current_attempt": attempts[-1] if attempts else None,
         "cancellable": job.state in CANCELLABLE,
         "waiting": waiting_reason(job),
+        "waiting_explained": waiting_explanation(job),
         "training": hooks_for(job).training_config(job),
     }
 
