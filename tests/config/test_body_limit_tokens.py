@@ -18,7 +18,9 @@ from apps.jobs.runner_api.auth import TOKEN_GRACE_AFTER_END_S
 from config.body_limits import guard_request_bodies
 from tests.jobs.helpers import make_job
 
-pytestmark = pytest.mark.django_db
+# Committed rows, as the server sees them: the guard's lookups run outside any request and
+# close a connection left in a transaction (database_sync_to_async), as a server's would.
+pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
 SIX_MIB = 6 * 1024 * 1024  # over REQUEST_MAX_BYTES (4 MiB), under ARTIFACT_MAX_BYTES
 
