@@ -55,6 +55,21 @@ def _insecure_flag(parser: argparse.ArgumentParser, *, default: object) -> None:
     )
 
 
+def _job_body_flags(p: argparse.ArgumentParser, *, workdir: bool) -> None:
+    """What describes a container job, for `jobs submit` and `jobs plan`."""
+    p.add_argument("image", help="container image (`local`: the host runtime)")
+    p.add_argument("--script", metavar="FILE", help="a script to run instead of a command")
+    if workdir:
+        p.add_argument(
+            "--workdir", metavar="DIR", help="pack DIR (honouring .gitignore) and ship it"
+        )
+    p.add_argument("--env", action="append", default=[], metavar="K=V")
+    p.add_argument("--secret", action="append", default=[], metavar="NAME=SECRET_ID:KEY")
+    p.add_argument("--project", help="project id (proj_…) or slug; default: `default`")
+    _compute_flags(p)
+    _json_flag(p)
+
+
 def _compute_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--accelerator", default="cpu", help="catalog name (default: cpu)")
     parser.add_argument("--gpus", type=int, default=1, help="GPU count (default: 1)")
@@ -102,27 +117,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="submit a job: IMAGE [options] -- COMMAND...",
         usage="trainyard jobs submit IMAGE [options] (-- COMMAND ... | --script FILE)",
     )
-    p.add_argument("image", help="container image (`local`: the host runtime)")
-    p.add_argument("--script", metavar="FILE", help="a script to run instead of a command")
-    p.add_argument("--workdir", metavar="DIR", help="pack DIR (honouring .gitignore) and ship it")
-    p.add_argument("--env", action="append", default=[], metavar="K=V")
-    p.add_argument("--secret", action="append", default=[], metavar="NAME=SECRET_ID:KEY")
-    p.add_argument("--project", help="project id (proj_…) or slug; default: `default`")
-    _compute_flags(p)
-    _json_flag(p)
+    _job_body_flags(p, workdir=True)
     p.set_defaults(handler=jobs.submit, takes_command=True)
     p = job_commands.add_parser(
         "plan",
         help="where a job would run now, and why not elsewhere (creates nothing)",
         usage="trainyard jobs plan IMAGE [options] (-- COMMAND ... | --script FILE)",
     )
-    p.add_argument("image", help="container image (`local`: the host runtime)")
-    p.add_argument("--script", metavar="FILE", help="a script to run instead of a command")
-    p.add_argument("--env", action="append", default=[], metavar="K=V")
-    p.add_argument("--secret", action="append", default=[], metavar="NAME=SECRET_ID:KEY")
-    p.add_argument("--project", help="project id (proj_…) or slug; default: `default`")
-    _compute_flags(p)
-    _json_flag(p)
+    _job_body_flags(p, workdir=False)  # --workdir would upload the code
     p.set_defaults(handler=jobs.plan, takes_command=True)
     p = job_commands.add_parser("list", help="jobs, newest first")
     p.add_argument("--state")

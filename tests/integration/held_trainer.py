@@ -17,16 +17,9 @@ import signal
 from runner import procfs
 from runner.protocol import ENV_ATTEMPT, ENV_CHECKPOINT_DIR, ENV_JOB_ID
 from tests.integration.stack import wait_for
+from tests.live import read_or_empty as _read
 
 SIGTERM_BIT = 1 << (signal.SIGTERM - 1)
-
-
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError:
-        return b""
 
 
 def trainer_pids(job_id: str, attempt: int) -> list[int]:

@@ -28,6 +28,7 @@ import pytest
 
 from runner import procfs
 from tests.live import free_port
+from tests.live import read_or_empty as _read
 
 MIN_JOB_AGE_S = 5
 DAEMONS = ("/usr/sbin/munged", "/usr/sbin/slurmctld", "/usr/sbin/slurmd")
@@ -43,14 +44,6 @@ def squeue_state(conf: str, job_id: str) -> str | None:
         text=True,
     )
     return result.stdout.strip() or None
-
-
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError:
-        return b""
 
 
 def _stepds(prefix: bytes = b"slurmstepd: [") -> list[int]:

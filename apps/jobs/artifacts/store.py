@@ -163,15 +163,9 @@ def artifact_refuse(
         f"The {what} was refused: {size_text} is over the ARTIFACT_MAX_BYTES limit of "
         f"{_human_bytes(limit)}."
     )
-    with transaction.atomic():
-        services.record_event(
-            job=attempt.job,
-            attempt=attempt.number,
-            type=JobEventType.ARTIFACT_REFUSED,
-            message=message,
-            data={"kind": kind, "step": step, "size_bytes": size, "limit_bytes": limit},
-        )
-        services.system_log(job=attempt.job, attempt=attempt.number, message=message)
+    _record_refusal(
+        attempt, message, {"kind": kind, "step": step, "size_bytes": size, "limit_bytes": limit}
+    )
     return ArtifactTooLarge(message, param="Content-Length")
 
 
@@ -191,22 +185,32 @@ def artifact_refuse_quota(
     else:  # room was made meanwhile; refuse this upload all the same, it was not read
         refusal = storage.QuotaExceeded(param="Content-Length")
     message = str(refusal.detail)
+    _record_refusal(
+        attempt,
+        message,
+        {
+            "kind": kind,
+            "step": step,
+            "size_bytes": size,
+            "quota_bytes": usage.quota_bytes,
+            "used_bytes": usage.used_bytes,
+        },
+    )
+    return refusal
+
+
+def _record_refusal(attempt: Attempt, message: str, data: dict) -> None:
+    """An upload refused before it was read, on the job: an `artifact_refused` event and a
+    system line saying why."""
     with transaction.atomic():
         services.record_event(
             job=attempt.job,
             attempt=attempt.number,
             type=JobEventType.ARTIFACT_REFUSED,
             message=message,
-            data={
-                "kind": kind,
-                "step": step,
-                "size_bytes": size,
-                "quota_bytes": usage.quota_bytes,
-                "used_bytes": usage.used_bytes,
-            },
+            data=data,
         )
         services.system_log(job=attempt.job, attempt=attempt.number, message=message)
-    return refusal
 
 
 def _quota_room(attempt: Attempt) -> int | None:
