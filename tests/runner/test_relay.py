@@ -163,7 +163,10 @@ def test_a_heartbeat_goes_at_once_while_a_bundle_of_batches_is_out(relay, upstre
     later.join(10)
 
     assert beat_answered_while_batches_out
-    assert answered == ["job_2 heartbeat", "job_0 logs", "job_1 logs"]
+    # The batches' order is what reached upstream (below); their two answers come back a
+    # moment apart, and which client thread notes its own first is the scheduler's choice.
+    assert answered[0] == "job_2 heartbeat"
+    assert sorted(answered[1:]) == ["job_0 logs", "job_1 logs"]
     assert [[entry["job_id"] for entry in bundle] for bundle in upstream.bundles("")] == [
         ["job_0"],
         ["job_1"],
