@@ -12,6 +12,8 @@ gigabytes to disk, a bad token's body included. This guard decides first, per pa
   session: up to DATASET_MAX_BYTES plus room for the form around the file;
 - `POST /api/v1/compute/workdirs` (a code archive) with a valid API key or from a signed-in
   session: up to WORKDIR_MAX_BYTES plus room for a multipart envelope;
+- `POST /hf/api/{models,datasets}/<ns>/<name>/commit/<revision>` (a hub commit, its files
+  inline) with a valid API key: up to HUB_MAX_COMMIT_BYTES;
 - everything else: REQUEST_MAX_BYTES.
 
 A `Content-Length` over the limit is answered 413 at once; a body without one is counted
@@ -39,6 +41,7 @@ ARTIFACT_UPLOAD = re.compile(r"^/api/v1/runner/jobs/(?P<job_id>[^/]+)/artifacts/
 DATASET_UPLOAD = re.compile(r"^/o/[^/]+/projects/[^/]+/datasets/?$")
 DATASET_API_UPLOAD = re.compile(r"^/api/v1/projects/[^/]+/datasets/?$")
 WORKDIR_UPLOAD = re.compile(r"^/api/v1/compute/workdirs/?$")
+HUB_COMMIT = re.compile(r"^/hf/api/(?:models|datasets)/[^/]+/[^/]+/commit/[^/]+$")
 FORM_OVERHEAD_BYTES = 1024 * 1024
 
 
@@ -103,6 +106,10 @@ async def body_limit(scope: dict) -> int:
             if WORKDIR_UPLOAD.match(path):
                 return settings.WORKDIR_MAX_BYTES + FORM_OVERHEAD_BYTES
             return settings.DATASET_MAX_BYTES + FORM_OVERHEAD_BYTES
+        if HUB_COMMIT.match(path) and await database_sync_to_async(_api_key_valid)(
+            headers.get("authorization", "")
+        ):
+            return settings.HUB_MAX_COMMIT_BYTES
     return settings.REQUEST_MAX_BYTES
 
 

@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "apps.billing",
     "apps.providers",
     "apps.jobs",
+    "apps.hub",
     "apps.finetunes",
     "apps.serving",
     "apps.playground",
@@ -240,6 +241,10 @@ ARTIFACT_MAX_BYTES = env_int("ARTIFACT_MAX_BYTES", 5 * 1024**3)
 # the most its members may unpack to (bytes).
 WORKDIR_MAX_BYTES = env_int("WORKDIR_MAX_BYTES", 100 * 1024 * 1024)
 WORKDIR_MAX_UNPACKED_BYTES = env_int("WORKDIR_MAX_UNPACKED_BYTES", 2 * 1024**3)
+# The hub (apps/hub): the largest file one commit may add, and the largest commit body (the
+# stock client sends every file inline, base64-encoded: a third larger than the files).
+HUB_MAX_FILE_BYTES = env_int("HUB_MAX_FILE_BYTES", 2 * 1024**3)
+HUB_MAX_COMMIT_BYTES = env_int("HUB_MAX_COMMIT_BYTES", 6 * 1024**3)
 # A code archive no job has named for this many days (and no job that has not ended names)
 # is deleted by beat's `workdirs.expire`, run every WORKDIR_EXPIRE_INTERVAL_S; 0 keeps them.
 WORKDIR_RETENTION_DAYS = env_int("WORKDIR_RETENTION_DAYS", 30)

@@ -32,6 +32,8 @@ urlpatterns = [
     path("api/v1/billing/", include("apps.billing.api_urls")),
     path("api/v1/runner/", include("apps.jobs.runner_api.urls")),
     path("api/v1/runner/", include("apps.finetunes.runner_urls")),
+    # The hub, where the Hugging Face client looks for it (HF_ENDPOINT=<this server>/hf).
+    path("hf/", include("apps.hub.urls")),
     path("api/v1/operator/", include("apps.jobs.api.operator_urls")),
     path("api/schema/", SchemaView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

@@ -1,11 +1,11 @@
 """Per-organization storage quota: the bytes an organization's code archives (workdirs),
-datasets and artifacts (checkpoints, adapters) may take in all.
+datasets, artifacts (checkpoints, adapters) and hub repositories' files may take in all.
 
 The quota is `Organization.storage_quota_bytes` when an operator set one (admin), else
 ORG_STORAGE_QUOTA_BYTES; 0 means no quota. What is stored is counted from the rows that
 name the files (their `size_bytes`), by hooks found by dotted path: the apps that own the
-rows sit above this one (`workdirs`, `jobs`, `finetunes`), and this module imports none of
-them.
+rows sit above this one (`workdirs`, `jobs`, `finetunes`, `hub`), and this module imports
+none of them.
 
 An upload is judged twice: before its body is read (`check_room` with the announced or
 largest possible size, so a doomed upload is not streamed), and just before its row is
@@ -29,6 +29,7 @@ USAGE_SOURCES: tuple[tuple[str, str], ...] = (
     ("workdirs", "apps.workdirs.selectors.bytes_stored"),
     ("datasets", "apps.finetunes.datasets.bytes_stored"),
     ("artifacts", "apps.jobs.selectors.artifact_bytes_stored"),
+    ("hub", "apps.hub.blobs.bytes_stored"),
 )
 
 
@@ -111,7 +112,7 @@ def check_room(
     raise QuotaExceeded(
         f"The {what} ({human_bytes(adding)}) does not fit in the organization's storage quota "
         f"of {human_bytes(usage.quota_bytes)} ({source}): {human_bytes(usage.used_bytes)} is "
-        "stored in workdirs, datasets and artifacts. Delete some, or ask an operator for a "
-        "larger quota.",
+        "stored in workdirs, datasets, artifacts and hub repositories. Delete some, or ask an "
+        "operator for a larger quota.",
         param=param,
     )

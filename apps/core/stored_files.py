@@ -24,10 +24,11 @@ def _is_s3(storage: Storage) -> bool:
     return isinstance(storage, S3Storage)
 
 
-def open_stream(name: str, storage: Storage | None = None) -> IO[bytes]:
+def open_stream(name: str, storage: Storage | None = None, *, start: int = 0) -> IO[bytes]:
     """A binary stream of the stored file `name` from `storage`, by default the default
-    storage. Close it when done (with `contextlib.closing`, not `with`: botocore's stream
-    enters as its raw HTTP response). Raises StoredFileMissing when there is none."""
+    storage, from byte `start` on. Close it when done (with `contextlib.closing`, not `with`:
+    botocore's stream enters as its raw HTTP response). Raises StoredFileMissing when there
+    is none."""
     # The configured instance itself, not the lazy `default_storage`, which may not be set up
     # yet in this process and would not show its class.
     storage = storage or storages["default"]
@@ -36,10 +37,12 @@ def open_stream(name: str, storage: Storage | None = None) -> IO[bytes]:
 
         # `_normalize_name` applies the storage's `location` prefix the way its own reads do.
         key = storage._normalize_name(name)  # type: ignore[attr-defined]
+        ranged = {"Range": f"bytes={start}-"} if start else {}
         try:
             answer = storage.connection.meta.client.get_object(  # type: ignore[attr-defined]
                 Bucket=storage.bucket_name,  # type: ignore[attr-defined]
                 Key=key,
+                **ranged,
             )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
@@ -47,9 +50,12 @@ def open_stream(name: str, storage: Storage | None = None) -> IO[bytes]:
             raise
         return answer["Body"]
     try:
-        return storage.open(name, "rb")
+        stream = storage.open(name, "rb")
     except FileNotFoundError as exc:
         raise StoredFileMissing(name) from exc
+    if start:
+        stream.seek(start)
+    return stream
 
 
 def stream_response(

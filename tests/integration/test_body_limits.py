@@ -42,6 +42,7 @@ def _post_headers_only(port: int, path: str, length: int, headers: dict[str, str
         "/api/v1/runner/jobs/job_nope/artifacts?kind=checkpoint&step=1",
         "/api/v1/compute/jobs",
         "/api/v1/projects/proj_nope/datasets",
+        "/hf/api/models/acme/tiny/commit/main",
         "/accounts/login/",
     ],
 )
