@@ -24,6 +24,7 @@ from trainyard_cli.commands import (
     login,
     logs,
     metrics,
+    models,
     usage,
 )
 
@@ -195,6 +196,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE")
     _json_flag(p)
     p.set_defaults(handler=artifacts.download)
+
+    group = commands.add_parser("models", help="push and pull hub repositories (/hf)")
+    model_commands = group.add_subparsers(dest="models_command", metavar="COMMAND")
+    model_commands.required = True
+    p = model_commands.add_parser("push", help="commit the folder DIR to ORG/NAME (created)")
+    p.add_argument("dir")
+    p.add_argument("repo", metavar="ORG/NAME")
+    p.add_argument("--revision", help="the branch to commit to (default: main)")
+    p.add_argument("-m", "--message", help="the commit message")
+    p.add_argument("--dataset", action="store_true", help="a dataset repository")
+    _json_flag(p)
+    p.set_defaults(handler=models.push)
+    p = model_commands.add_parser("pull", help="download ORG/NAME into DIR (default: NAME)")
+    p.add_argument("repo", metavar="ORG/NAME")
+    p.add_argument("dir", nargs="?")
+    p.add_argument("--revision", help="a branch, tag or commit (default: main)")
+    p.add_argument("--dataset", action="store_true", help="a dataset repository")
+    _json_flag(p)
+    p.set_defaults(handler=models.pull)
 
     p = commands.add_parser("usage", help="billed usage per job in a window")
     p.add_argument("--from", dest="since", metavar="WHEN", help="ISO 8601; default 30 days ago")

@@ -327,3 +327,33 @@ def test_a_finetune_from_a_local_dataset_file(cli, compute_org, tiny_model, demo
     assert job["kind"] == "finetune" and job["state"] in TERMINAL
     losses = cli.json("metrics", job_id, "--name", "loss")["data"]
     assert [p["step"] for p in losses] == [1, 2]
+
+
+def test_models_push_then_pull_a_folder_through_the_hub(cli, compute_org, tmp_path):
+    folder = tmp_path / "adapter"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "adapter_config.json").write_text('{"r": 8}')
+    (folder / "sub" / "weights.bin").write_bytes(os.urandom(300_000))
+    repo = f"{compute_org.slug}/my-adapter"
+
+    pushed = cli("models", "push", str(folder), repo, "-m", "first", "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    commit = json.loads(pushed.stdout)["commit"]
+    (folder / "adapter_config.json").write_text('{"r": 16}')
+    assert cli("models", "push", str(folder), repo).returncode == 0
+
+    pulled = cli("models", "pull", repo, str(tmp_path / "old"), "--revision", commit)
+    assert pulled.returncode == 0, pulled.stderr
+    assert (tmp_path / "old" / "adapter_config.json").read_text() == '{"r": 8}'
+    latest = cli("models", "pull", repo, str(tmp_path / "new"))
+    assert latest.returncode == 0, latest.stderr
+    assert (tmp_path / "new" / "adapter_config.json").read_text() == '{"r": 16}'
+    assert (tmp_path / "new" / "sub" / "weights.bin").read_bytes() == (
+        folder / "sub" / "weights.bin"
+    ).read_bytes()
+
+    missing = cli("models", "pull", f"{compute_org.slug}/nope", str(tmp_path / "x"))
+    assert missing.returncode == 2
+    assert "No such repository" in missing.stderr
+    elsewhere = cli("models", "pull", "another-org/my-adapter", str(tmp_path / "y"))
+    assert elsewhere.returncode == 2
