@@ -19,6 +19,7 @@ urlpatterns = [
     path("", include("apps.billing.web.urls")),
     path("", include("apps.serving.web.urls")),
     path("", include("apps.playground.urls")),
+    path("", include("apps.hub.page_urls")),
     path("api/v1/", include("apps.projects.api_urls")),
     path("api/v1/", include("apps.finetunes.api_urls")),
     path("api/v1/", include("apps.serving.api_urls")),

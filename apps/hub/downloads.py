@@ -17,6 +17,7 @@ from contextlib import closing
 from typing import IO
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods
 
 from apps.core.stored_files import StoredFileMissing
@@ -24,7 +25,7 @@ from apps.hub import repos
 from apps.hub.access import hub_error, hub_view, repo_for, require_caller
 from apps.hub.blobs import open_blob
 from apps.hub.errors import EntryNotFound
-from apps.hub.models import HubBlob, RepoKind
+from apps.hub.models import HubBlob, HubFile, RepoKind
 
 RANGE_RE = re.compile(r"bytes=(\d*)-(\d*)")
 CHUNK_BYTES = 1024 * 1024
@@ -63,7 +64,9 @@ def _file_headers(response: HttpResponse, blob: HubBlob, commit_oid: str, path: 
     response["X-Repo-Commit"] = commit_oid
     response["ETag"] = f'"{blob.git_oid}"'
     response["Accept-Ranges"] = "bytes"
-    response["Content-Disposition"] = f'attachment; filename="{path.rsplit("/", 1)[-1]}"'
+    response["Content-Disposition"] = content_disposition_header(
+        as_attachment=True, filename=path.rsplit("/", 1)[-1]
+    )
 
 
 @hub_view
@@ -85,8 +88,14 @@ def resolve(
         answer = hub_error(missing)
         answer["X-Repo-Commit"] = commit.oid
         return answer
+    return file_response(request, item, commit.oid)
+
+
+def file_response(request: HttpRequest, item: HubFile, commit_oid: str) -> HttpResponse:
+    """The file's bytes (or, for HEAD, its headers), whole or the one range asked for."""
     blob = item.blob
     size = blob.size_bytes
+    path = item.path
     try:
         wanted = _byte_range(request.headers.get("Range", ""), size)
     except ValueError:
@@ -109,5 +118,5 @@ def resolve(
     answer["Content-Length"] = str(length)
     if wanted:
         answer["Content-Range"] = f"bytes {first}-{last}/{size}"
-    _file_headers(answer, blob, commit.oid, path)
+    _file_headers(answer, blob, commit_oid, path)
     return answer

@@ -4,6 +4,7 @@ then `<namespace>/<name>`."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest
 
 from apps.hub.models import HubRepo, RepoKind
@@ -26,3 +27,9 @@ def repo_url(request: HttpRequest, repo: HubRepo) -> str:
 
 def commit_url(request: HttpRequest, repo: HubRepo, oid: str) -> str:
     return f"{repo_url(request, repo)}/commit/{oid}"
+
+
+def public_endpoint(request: HttpRequest) -> str:
+    """The HF_ENDPOINT to give people: under TRAINYARD_PUBLIC_URL when set, else this host."""
+    base = settings.TRAINYARD_PUBLIC_URL or request.build_absolute_uri("/")
+    return f"{base.rstrip('/')}{HUB_PREFIX}"
