@@ -338,7 +338,8 @@ WEB_URL = f"http://{_WEB_HOST_FOR_URL}:{WEB_PORT}"
 # The URL runners use to reach this control plane (they may run on other hosts). Unset, it
 # is WEB_URL, so a stack moved off 8000 never sends its runners to whatever serves 8000.
 TRAINYARD_PUBLIC_URL = env_str("TRAINYARD_PUBLIC_URL", WEB_URL)
-# Injected into every workload as HF_ENDPOINT when set (a Hugging Face compatible hub).
+# Another Hugging Face compatible hub, given to every workload as HF_ENDPOINT instead of this
+# control plane's own hub (/hf, with an HF_TOKEN of the attempt).
 TRAINYARD_HF_ENDPOINT = env_str("TRAINYARD_HF_ENDPOINT", "")
 # Where the local provider keeps per-attempt work directories.
 LOCAL_WORK_DIR = Path(env_str("LOCAL_WORK_DIR", str(VAR_DIR / "work")))

@@ -90,6 +90,7 @@ from runner.client import (
     retrying,
 )
 from runner.config import ConfigError, RunnerConfig, load_config
+from runner.hub_door import HubDoor
 from runner.inputs import InputError, fetch_inputs
 from runner.loops import Heartbeat, LogSender
 from runner.masking import Masker
@@ -157,6 +158,7 @@ class Runner:
         self.sender: LogSender | None = None
         self.heartbeat: Heartbeat | None = None
         self.uploader: ArtifactUploader | None = None
+        self.hub_door: HubDoor | None = None
         # The checkpoint step the workload resumes from; None when it starts from scratch.
         self.resumed_from_step: int | None = None
         # What only the workload's processes carry in their environment (workload_markers).
@@ -399,6 +401,7 @@ class Runner:
     def _start_workload(self, spec: JobSpec) -> tuple[subprocess.Popen | None, int]:
         """Start the workload; `(proc, 0)`, or `(None, exit code)` when it cannot start."""
         assert self.collector is not None
+        self._open_hub(spec)
         try:
             argv, env = prepare(spec, self.workdir)
         except (SpecError, OSError) as exc:
@@ -429,6 +432,23 @@ class Runner:
         self.heartbeat = heartbeat
         heartbeat.start()
         return proc, 0
+
+    def _open_hub(self, spec: JobSpec) -> None:
+        """HF_ENDPOINT for the workload, when the control plane offers its hub: the control
+        URL's hub, or, for a runner that talks through a socket (a network of its own), a
+        door on the workload's loopback that carries the hub's reads over the socket."""
+        if spec.hub_path is None:
+            return
+        if self.config.control_socket is None:
+            spec.env["HF_ENDPOINT"] = self.config.control_url + spec.hub_path
+            return
+        try:
+            self.hub_door = HubDoor(self.config.control_socket, spec.hub_path).start()
+        except OSError as exc:
+            assert self.collector is not None
+            self.collector.system(f"the hub is not reachable from the workload: {exc}")
+            return
+        spec.env["HF_ENDPOINT"] = self.hub_door.endpoint
 
     def _signal_group(self, signum: int) -> None:
         try:
@@ -531,6 +551,8 @@ class Runner:
             self.uploader.stop()
         if self.sender is not None:
             self.sender.stop()
+        if self.hub_door is not None:
+            self.hub_door.stop()
         if self.spool is not None:
             self.spool.close()
 

@@ -10,9 +10,11 @@ serves and mounts into the container (read-only, at `/run/trainyard/control.sock
         --upstream http://127.0.0.1:8000 [--relay http://127.0.0.1:8790]
 
 One server per attempt (the local backend starts it beside the container and stops it at
-release). It forwards only this job's runner calls (`/api/v1/runner/jobs/<JOB_ID>/...`):
-anything else is answered 403 `forbidden_path`, so the socket is no door to the web UI, the
-REST API or another job. Bodies stream both ways (an artifact upload is never held in
+release). It forwards only this job's runner calls (`/api/v1/runner/jobs/<JOB_ID>/...`)
+and reads of the hub (GET and HEAD under `/hf/`, which the runner's loopback door,
+runner.hub_door, carries for the workload's Hugging Face tools; the hub checks their
+token): anything else is answered 403 `forbidden_path`, so the socket is no door to the web
+UI, the REST API or another job. Bodies stream both ways (an artifact upload is never held in
 memory); log batches and heartbeats go to the host's relay when one is named, as a runner
 on the host would send them. The token travels only in the request's own header, as it
 would over TCP, and is never logged.
@@ -37,6 +39,8 @@ import time
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler
+
+from runner.protocol import HUB_PATH
 
 SOCKET_MOUNT = "/run/trainyard"  # where the socket's directory appears in a container
 SOCKET_NAME = "control.sock"
@@ -158,6 +162,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self._forward()
 
+    def do_HEAD(self) -> None:
+        self._forward()
+
     def do_POST(self) -> None:
         self._forward()
 
@@ -170,12 +177,14 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def _forward(self) -> None:
         self.server.last_call = time.monotonic()
         path = self.path
-        if not path.startswith(self.server.prefix) or ".." in path.split("?", 1)[0]:
+        hub_read = self.command in ("GET", "HEAD") and path.startswith(f"{HUB_PATH}/")
+        if not (path.startswith(self.server.prefix) or hub_read) or ".." in path.split("?", 1)[0]:
             self.close_connection = True
             self._drain_request()
             self._refuse(403, "forbidden_path", "Only this job's runner calls go through here.")

@@ -187,6 +187,13 @@ class WorkdirArchive(TypedDict):
     size_bytes: int
 
 
+HUB_PATH = "/hf"  # where a control plane serves its Hugging Face compatible hub
+
+
+class HubAccess(TypedDict):
+    path: str
+
+
 class SpecResponse(TypedDict, total=False):
     """The answer of `GET spec`. Exactly one of `command` and `script_b64` is set; a runner
     reads a missing `protocol_version` as 1."""
@@ -207,6 +214,10 @@ class SpecResponse(TypedDict, total=False):
     inputs: list[InputFile]
     workdir: WorkdirArchive | None  # absent from older control planes: none
     files: dict[str, str]  # relative path -> text, written after the archive
+    # This control plane's hub, for the workload (None: the spec's env names HF_ENDPOINT
+    # itself, or an older control plane): the runner sets HF_ENDPOINT to its control URL
+    # plus `path`, or to a door on the workload's loopback (runner.hub_door).
+    hub: HubAccess | None
     protocol_version: int
 
 

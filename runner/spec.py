@@ -37,6 +37,8 @@ class JobSpec:
     inputs: Any = None  # checked by runner.inputs.fetch_inputs
     workdir: Any = None  # the code archive; checked by runner.workdir.prepare_workdir
     files: Any = None  # inline files; checked by runner.workdir.write_files
+    # The control plane's hub path (`/hf`) when the runner is to set HF_ENDPOINT; else None.
+    hub_path: str | None = None
     # 1 when the spec names none (an older control plane); None when it is not a number.
     protocol_version: int | None = IMPLICIT_PROTOCOL_VERSION
 
@@ -73,5 +75,9 @@ class JobSpec:
         spec.inputs = data.get("inputs") or None
         spec.workdir = data.get("workdir")
         spec.files = data.get("files") or None
+        hub = data.get("hub")
+        path = hub.get("path") if isinstance(hub, dict) else None
+        if isinstance(path, str) and path.startswith("/") and ".." not in path:
+            spec.hub_path = path.rstrip("/")
         spec.protocol_version = version_of_spec(data)
         return spec

@@ -1,9 +1,11 @@
 """Who calls the hub's protocol endpoints, and how their errors are answered.
 
 The Hugging Face client sends `Authorization: Bearer <token>`; the token is a Trainyard API
-key (`HF_TOKEN=ty_…`). Every repository is private to its organization: with no key, or a
-key of another organization, a repository is not found. Any role reads; writing (creating
-repositories, committing, branches and tags) needs `member` or above.
+key (`HF_TOKEN=ty_…`), or the hub token a workload is given (`tyh_…`, one per attempt: it
+reads its job's organization's repositories, as a viewer, until the attempt ends). Every
+repository is private to its organization: with no key, or a key of another organization, a
+repository is not found. Any role reads; writing (creating repositories, committing,
+branches and tags) needs `member` or above.
 
 Errors are answered the way the client reads them: the status, `X-Error-Code` (which picks
 the client's exception: RepoNotFound, RevisionNotFound, EntryNotFound), `X-Error-Message`,
@@ -27,6 +29,8 @@ from apps.core.errors import ApiError
 from apps.hub.errors import RepoNotFound
 from apps.hub.models import HubRepo
 from apps.hub.repos import find_repo
+from apps.jobs.execution.tokens import HUB_PREFIX, hub_nonce_from
+from apps.jobs.models import Attempt
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +65,35 @@ def hub_error(error: ApiError) -> HttpResponse:
     return answer
 
 
-def hub_caller(request: HttpRequest) -> Caller | None:
-    """The caller behind the request's API key; None without one. Raises Unauthenticated
-    for a key that is not valid (unknown, revoked or expired)."""
-    if not request.META.get("HTTP_AUTHORIZATION"):
+def _attempt_caller(token: str) -> Caller | None:
+    """A viewer of the attempt's organization while the attempt runs; None for a token that
+    is not a hub token. Raises Unauthenticated for one that is forged or whose attempt has
+    ended."""
+    if not token.startswith(f"{HUB_PREFIX}_"):
         return None
+    nonce = hub_nonce_from(token)
+    attempt = (
+        Attempt.objects.select_related("job__organization").filter(token_nonce=nonce).first()
+        if nonce
+        else None
+    )
+    if attempt is None or attempt.ended_at is not None or attempt.job.is_terminal:
+        raise Unauthenticated()
+    return Caller(organization=attempt.job.organization, role=Role.VIEWER)
+
+
+def hub_caller(request: HttpRequest) -> Caller | None:
+    """The caller behind the request's API key or hub token; None without one. Raises
+    Unauthenticated for one that is not valid (unknown, revoked, expired, or of an attempt
+    that has ended)."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    if not header:
+        return None
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() == "bearer":
+        attempt_caller = _attempt_caller(token.strip())
+        if attempt_caller is not None:
+            return attempt_caller
     try:
         found = ApiKeyAuthentication().authenticate(request)
     except exceptions.AuthenticationFailed as exc:

@@ -8,8 +8,9 @@ from django.conf import settings
 from django.http import HttpRequest
 
 from apps.hub.models import HubRepo, RepoKind
+from runner.protocol import HUB_PATH
 
-HUB_PREFIX = "/hf"
+HUB_PREFIX = HUB_PATH
 
 
 def endpoint(request: HttpRequest) -> str:

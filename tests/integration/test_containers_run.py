@@ -239,3 +239,48 @@ def test_terminating_a_job_whose_container_cannot_start_ends_it(api, podman):
 
     assert done["state"] in {"terminated", "failed"}
     assert containers_of_job(job["id"]) == []
+
+
+# Stdlib only (the test image has python3 and nothing else): what any HTTP client would do.
+READ_THE_HUB = r"""
+import os, urllib.error, urllib.request
+endpoint, token = os.environ["HF_ENDPOINT"], os.environ["HF_TOKEN"]
+auth = {"Authorization": "Bearer " + token}
+def status(url, data=None):
+    try:
+        return urllib.request.urlopen(urllib.request.Request(url, data, auth)).status
+    except urllib.error.HTTPError as err:
+        return err.code
+print("endpoint=" + endpoint.split(":")[0] + ":" + endpoint.split(":")[1])
+answer = urllib.request.urlopen(urllib.request.Request(
+    endpoint + "/" + os.environ["REPO"] + "/resolve/main/hello.txt", headers=auth))
+print("content=" + answer.read().decode())
+print(f"write={status(endpoint + '/api/repos/create', b'{}')}")
+print(f"other={status(endpoint + '/api/models/' + os.environ['OTHER'])}")
+print(f"runner_api={status(endpoint.rsplit('/hf', 1)[0] + '/api/v1/compute/jobs')}")
+"""
+
+
+def test_a_container_job_reads_the_hub_through_a_door_on_its_own_loopback(
+    api, compute_org, live_stack, podman
+):
+    from tests.integration.test_hub_run import hub_repo_with_a_file
+
+    own = hub_repo_with_a_file(live_stack, compute_org, "greeting", "hello through the socket")
+    other = hub_repo_with_a_file(live_stack, OrganizationFactory(), "secret", "no")
+    job = api.submit(
+        image=podman,
+        command=["python3", "-c", READ_THE_HUB],
+        env={"REPO": own, "OTHER": other},
+    )
+    done = api.wait_state(job["id"], TERMINAL, timeout=90)
+
+    lines = _user_lines(job["id"])
+    assert done["state"] == "succeeded", lines
+    assert lines == [
+        "endpoint=http://127.0.0.1",  # the workload's own loopback: it has no route out
+        "content=hello through the socket",
+        "write=405",
+        "other=404",
+        "runner_api=403",
+    ]

@@ -30,3 +30,28 @@ def nonce_from(token: str) -> str | None:
     if not hmac.compare_digest(mac, _mac(nonce)):
         return None
     return nonce
+
+
+# Hub tokens: what a workload gets as HF_TOKEN (`tyh_<nonce>_<mac>`, the attempt's nonce
+# under a key of their own), so that it reads its organization's hub repositories and
+# nothing else: not the runner API, whose token the runner keeps to itself.
+HUB_PREFIX = "tyh"
+
+
+def _hub_mac(nonce: str) -> str:
+    key = f"trainyard-hub-token:{settings.SECRET_KEY}".encode()
+    return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()
+
+
+def hub_token_for(nonce: str) -> str:
+    return f"{HUB_PREFIX}_{nonce}_{_hub_mac(nonce)}"
+
+
+def hub_nonce_from(token: str) -> str | None:
+    """The nonce of a well-formed, authentic hub token, or None."""
+    parts = token.split("_")
+    if len(parts) != 3 or parts[0] != HUB_PREFIX:
+        return None
+    if not hmac.compare_digest(parts[2], _hub_mac(parts[1])):
+        return None
+    return parts[1]

@@ -13,6 +13,7 @@ from apps.core.errors import InvalidRequest
 from apps.jobs.artifacts import store
 from apps.jobs.execution import supervision
 from apps.jobs.execution.attempts import AttemptSuperseded
+from apps.jobs.execution.tokens import hub_token_for
 from apps.jobs.kinds import WORKDIR_INVALID, hooks_for
 from apps.jobs.models import Attempt
 from apps.jobs.runner_api.auth import json_body, runner_endpoint
@@ -28,6 +29,20 @@ MIN_INTEGER, MAX_INTEGER = -(2**31), 2**31 - 1
 def _whole(value: object, low: int, high: int) -> bool:
     """Whether `value` is a whole number (not a bool) from `low` to `high`."""
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def _hub_access(attempt: Attempt, user_env: dict[str, str]) -> tuple[dict | None, dict]:
+    """What the workload gets of a Hugging Face hub: the spec's `hub` (where the runner
+    finds this control plane's hub, which it turns into HF_ENDPOINT: its own control URL,
+    or a door on the workload's loopback when it talks through a socket) and the env to add.
+
+    With TRAINYARD_HF_ENDPOINT set, that hub is the workload's, and no token is made for it.
+    Otherwise HF_TOKEN is the attempt's hub token (it reads the organization's repositories
+    until the attempt ends), unless the job gives its own HF_TOKEN, which wins."""
+    if settings.TRAINYARD_HF_ENDPOINT:
+        return None, {"HF_ENDPOINT": settings.TRAINYARD_HF_ENDPOINT}
+    env = {} if "HF_TOKEN" in user_env else {"HF_TOKEN": hub_token_for(attempt.token_nonce)}
+    return {"path": protocol.HUB_PATH}, env
 
 
 @require_GET
@@ -51,6 +66,8 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
         supervision.secret_env_undecryptable(attempt.pk, exc)
         raise AttemptSuperseded(attempt.pk) from exc
     mask = [value for value in secret_values.values() if value]
+    hub, hub_env = _hub_access(attempt, {**container.get("env", {}), **secret_values})
+    mask += [value for name, value in hub_env.items() if name == "HF_TOKEN"]
     # Before the values leave: ingestion masks them in this job's lines from now on, even
     # after their secret is deleted.
     remember_mask_values(attempt, mask)
@@ -77,8 +94,7 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
             protocol.ENV_RESUME_FROM: "",
         }
     )
-    if settings.TRAINYARD_HF_ENDPOINT:
-        env["HF_ENDPOINT"] = settings.TRAINYARD_HF_ENDPOINT
+    env.update(hub_env)
     return JsonResponse(
         {
             "protocol_version": protocol.PROTOCOL_VERSION,
@@ -100,6 +116,7 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
             "inputs": inputs,
             "workdir": spec_workdir(workdir, job) if workdir is not None else None,
             "files": dict(container.get("files") or {}),
+            "hub": hub,
         }
     )
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from apps.jobs import services
 from apps.jobs.execution import attempts, dispatch, supervision
-from apps.jobs.execution.tokens import token_for
+from apps.jobs.execution.tokens import hub_nonce_from, hub_token_for, token_for
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
 from apps.jobs.states import JobState
 from apps.jobs.telemetry import ingestion
@@ -80,6 +80,20 @@ def test_the_spec_carries_env_resolved_secrets_and_masks(org, settings):
         "HF_ENDPOINT": "https://hub.example",
     }
     assert body["mask"] == ["s3cr3t-v"]
+
+
+def test_the_spec_gives_the_workload_this_hub_and_a_masked_token_of_its_attempt(org):
+    runner = _allocated(org, container={"image": "img", "command": ["true"], "env": {}})
+
+    body = runner.get("spec").json()
+
+    token = hub_token_for(runner.attempt.token_nonce)
+    assert body["hub"] == {"path": "/hf"}
+    assert body["env"]["HF_TOKEN"] == token
+    assert "HF_ENDPOINT" not in body["env"]  # the runner knows how it reaches this server
+    assert body["mask"] == [token]
+    assert hub_nonce_from(token) == runner.attempt.token_nonce
+    assert hub_nonce_from(token.replace("tyh_", "tyr_")) is None
 
 
 def test_a_missing_or_forged_token_is_401(org):
