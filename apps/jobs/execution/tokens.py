@@ -12,9 +12,19 @@ from django.conf import settings
 PREFIX = "tyr"
 
 
-def _mac(nonce: str) -> str:
-    key = f"trainyard-runner-token:{settings.SECRET_KEY}".encode()
+def _mac(nonce: str, purpose: str = "runner") -> str:
+    key = f"trainyard-{purpose}-token:{settings.SECRET_KEY}".encode()
     return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()
+
+
+def _nonce_of(token: str, prefix: str, purpose: str) -> str | None:
+    parts = token.split("_")
+    if len(parts) != 3 or parts[0] != prefix:
+        return None
+    nonce, mac = parts[1], parts[2]
+    if not hmac.compare_digest(mac, _mac(nonce, purpose)):
+        return None
+    return nonce
 
 
 def token_for(nonce: str) -> str:
@@ -23,13 +33,7 @@ def token_for(nonce: str) -> str:
 
 def nonce_from(token: str) -> str | None:
     """The nonce of a well-formed, authentic token, or None."""
-    parts = token.split("_")
-    if len(parts) != 3 or parts[0] != PREFIX:
-        return None
-    nonce, mac = parts[1], parts[2]
-    if not hmac.compare_digest(mac, _mac(nonce)):
-        return None
-    return nonce
+    return _nonce_of(token, PREFIX, "runner")
 
 
 # Hub tokens: what a workload gets as HF_TOKEN (`tyh_<nonce>_<mac>`, the attempt's nonce
@@ -38,20 +42,10 @@ def nonce_from(token: str) -> str | None:
 HUB_PREFIX = "tyh"
 
 
-def _hub_mac(nonce: str) -> str:
-    key = f"trainyard-hub-token:{settings.SECRET_KEY}".encode()
-    return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()
-
-
 def hub_token_for(nonce: str) -> str:
-    return f"{HUB_PREFIX}_{nonce}_{_hub_mac(nonce)}"
+    return f"{HUB_PREFIX}_{nonce}_{_mac(nonce, 'hub')}"
 
 
 def hub_nonce_from(token: str) -> str | None:
     """The nonce of a well-formed, authentic hub token, or None."""
-    parts = token.split("_")
-    if len(parts) != 3 or parts[0] != HUB_PREFIX:
-        return None
-    if not hmac.compare_digest(parts[2], _hub_mac(parts[1])):
-        return None
-    return parts[1]
+    return _nonce_of(token, HUB_PREFIX, "hub")
