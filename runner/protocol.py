@@ -116,6 +116,7 @@ ENV_CONTROL_SOCKET = "TRAINYARD_CONTROL_SOCKET"
 # Set by the control plane in the spec's env, for the workload.
 ENV_ATTEMPT = "TRAINYARD_ATTEMPT"
 ENV_CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"  # relative to the workload's directory
+ENV_HUB_NAMESPACE = "TRAINYARD_HUB_NAMESPACE"  # the organization whose repos HF_ENDPOINT holds
 ENV_RESUME_FROM = "TRAINYARD_RESUME_FROM"  # set by the runner to the checkpoint fetched
 # Set by a backend whose workloads have a network of their own: the port in it that is
 # published to the host's loopback (the control plane's one way in to a serving workload).

@@ -22,8 +22,9 @@ from collections.abc import Sequence
 
 from runner.protocol import ENV_RESUME_FROM
 from trainer.config import ConfigError, load_config
-from trainer.events import fail
+from trainer.events import fail, say
 from trainer.formats import DataError
+from trainer.hub import choose_hub
 
 INPUT_ERROR_EXIT_CODE = 2
 
@@ -46,6 +47,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         config = load_config(path=args.config, json_text=args.config_json)
+        chosen = choose_hub(config.model)
+        if chosen:
+            say(chosen)
         resume_from = args.resume_from or os.environ.get(ENV_RESUME_FROM, "")
         return run(config, resume_from=resume_from)
     except (ConfigError, DataError, ModelError) as error:

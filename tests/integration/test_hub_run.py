@@ -14,7 +14,7 @@ import requests
 from apps.accounts import services as account_services
 from apps.jobs.execution.tokens import hub_token_for
 from apps.jobs.models import Attempt, LogLine
-from tests.factories import OrganizationFactory
+from tests.factories import OrganizationFactory, ProjectFactory
 from tests.integration.conftest import TERMINAL
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -43,14 +43,19 @@ except HfHubHTTPError as err:
 def hub_repo_with_a_file(stack, org, name: str, text: str) -> str:
     """A model repository of `org` holding hello.txt, made through the server's hub as a
     user would (its storage is the server's)."""
+    return hub_repo_with_files(stack, org, name, {"hello.txt": text.encode()})
+
+
+def hub_repo_with_files(stack, org, name: str, files: dict[str, bytes]) -> str:
     _, key = account_services.api_key_create(organization=org, name=f"hub-{name}")
     auth = {"Authorization": f"Bearer {key}"}
     made = requests.post(f"{stack.url}/hf/api/repos/create", json={"name": name}, headers=auth)
     assert made.status_code == 200, made.text
-    header = {"key": "header", "value": {"summary": "hello"}}
-    content = base64.b64encode(text.encode()).decode()
-    line = {"key": "file", "value": {"content": content, "path": "hello.txt"}}
-    body = "\n".join(json.dumps(item) for item in (header, line))
+    lines = [{"key": "header", "value": {"summary": "hello"}}]
+    for path, data in files.items():
+        content = base64.b64encode(data).decode()
+        lines.append({"key": "file", "value": {"content": content, "path": path}})
+    body = "\n".join(json.dumps(item) for item in lines)
     repo_id = f"{org.slug}/{name}"
     committed = requests.post(
         f"{stack.url}/hf/api/models/{repo_id}/commit/main",
@@ -109,3 +114,30 @@ def test_the_job_s_own_hf_token_wins_and_hf_endpoint_is_the_platform_s(api):
     )
     assert refused.status_code == 400
     assert refused.json()["error"]["param"] == "container.env.HF_ENDPOINT"
+
+
+def test_a_finetune_names_a_model_in_the_organization_s_hub(
+    api, compute_org, live_stack, tiny_model, demo_data
+):
+    files = {path.name: path.read_bytes() for path in tiny_model.iterdir() if path.is_file()}
+    model = hub_repo_with_files(live_stack, compute_org, "tiny", files)
+    project = ProjectFactory(organization=compute_org)
+
+    response = api.session.post(
+        f"{api.base}/api/v1/projects/{project.public_id}/finetunes",
+        json={
+            "name": "from-the-hub",
+            "model": model,
+            "dataset": str(demo_data["alpaca"]),
+            "dataset_format": "alpaca",
+            "max_steps": 4,
+            "save_steps": 4,
+        },
+        headers={"Idempotency-Key": "from-the-hub"},
+        timeout=10,
+    )
+    assert response.status_code == 201, response.text
+    done = api.wait_state(response.json()["id"], TERMINAL, timeout=300)
+    logs = [line["message"] for line in api.logs(done["id"])]
+    assert done["state"] == "succeeded", "\n".join(logs[-30:])
+    assert f"trainer: model {model} comes from this organization's hub" in logs

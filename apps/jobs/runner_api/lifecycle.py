@@ -38,10 +38,13 @@ def _hub_access(attempt: Attempt, user_env: dict[str, str]) -> tuple[dict | None
 
     With TRAINYARD_HF_ENDPOINT set, that hub is the workload's, and no token is made for it.
     Otherwise HF_TOKEN is the attempt's hub token (it reads the organization's repositories
-    until the attempt ends), unless the job gives its own HF_TOKEN, which wins."""
+    until the attempt ends), unless the job gives its own HF_TOKEN, which wins; and
+    TRAINYARD_HUB_NAMESPACE names the organization, whose repositories this hub holds."""
     if settings.TRAINYARD_HF_ENDPOINT:
         return None, {"HF_ENDPOINT": settings.TRAINYARD_HF_ENDPOINT}
-    env = {} if "HF_TOKEN" in user_env else {"HF_TOKEN": hub_token_for(attempt.token_nonce)}
+    env = {protocol.ENV_HUB_NAMESPACE: attempt.job.organization.slug}
+    if "HF_TOKEN" not in user_env:
+        env["HF_TOKEN"] = hub_token_for(attempt.token_nonce)
     return {"path": protocol.HUB_PATH}, env
 
 

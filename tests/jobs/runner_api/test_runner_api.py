@@ -91,6 +91,7 @@ def test_the_spec_gives_the_workload_this_hub_and_a_masked_token_of_its_attempt(
     assert body["hub"] == {"path": "/hf"}
     assert body["env"]["HF_TOKEN"] == token
     assert "HF_ENDPOINT" not in body["env"]  # the runner knows how it reaches this server
+    assert body["env"]["TRAINYARD_HUB_NAMESPACE"] == org.slug
     assert body["mask"] == [token]
     assert hub_nonce_from(token) == runner.attempt.token_nonce
     assert hub_nonce_from(token.replace("tyh_", "tyr_")) is None
