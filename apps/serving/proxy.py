@@ -293,6 +293,9 @@ async def _relay(upstream: httpx.Response, usage: Usage, wants_usage: bool, reco
     client did not ask for it). Closing upstream on the way out, a disconnect included,
     is what stops the engine's generation."""
     buffer = b""
+    # A client that hangs up once it has the end of the stream was not cut off: the server
+    # may close this generator at its last `yield` after the client read `[DONE]`.
+    delivered = False
     try:
         async for chunk in upstream.aiter_raw():
             buffer += chunk
@@ -302,11 +305,13 @@ async def _relay(upstream: httpx.Response, usage: Usage, wants_usage: bool, reco
                     continue
                 if usage.ttft_ms is None and (b'"content"' in event or b'"text"' in event):
                     usage.ttft_ms = usage.elapsed_ms()
+                delivered = event.strip() == b"data: [DONE]"
                 yield event + b"\n\n"
+        delivered = True
         if buffer:
             yield buffer
     except (asyncio.CancelledError, GeneratorExit):
-        usage.cancelled = True
+        usage.cancelled = not delivered
         raise
     except httpx.HTTPError:
         usage.status = 502
