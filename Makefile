@@ -12,7 +12,7 @@ RUN_ENV := DEBUG=$${DEBUG:-1} LOCAL_HOST_RUNTIME_DEV_ONLY=$${LOCAL_HOST_RUNTIME_
 # `make test` runs against PostgreSQL and Redis on this machine unless told otherwise.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/trainyard
 
-.PHONY: run test test-fast install install-dev lint format migrate seed bench clean
+.PHONY: run serve test test-fast install install-dev lint format migrate seed bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -32,15 +32,24 @@ $(VENV)/.installed-dev: pyproject.toml $(wildcard */__init__.py) | $(PY)
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
 
-# Before it serves, check_runtime makes a tiny container run (flags it finds go to the
-# stack's environment); a runtime that cannot start containers stops it, naming the fix.
+# Before anything else, check_runtime makes a tiny container run (flags it finds go to the
+# stack's environment); a runtime that cannot start containers stops it at once, naming the
+# fix. With those flags, `serve` migrates, seeds the demo, and has build_images make the image
+# fine-tunes and serve jobs run in when it is missing or stale (minutes the first time, with
+# progress; nothing on the host runtime), then starts web, worker and beat.
 run: install
 	$(RUN_ENV) $(PY) manage.py runstack --check-port
+	$(RUN_ENV) $(PY) manage.py check_runtime --exec $(MAKE) --no-print-directory serve
+
+# What `make run` does once the runtime check passed (not meant to be run on its own).
+serve:
 	$(RUN_ENV) $(PY) manage.py migrate --noinput
 	$(RUN_ENV) $(PY) manage.py seed_demo
 	$(RUN_ENV) $(PY) manage.py collectstatic --noinput --verbosity 0
 	$(RUN_ENV) $(PY) manage.py ensure_redis
-	$(RUN_ENV) $(PY) manage.py check_runtime --exec sh -c 'echo "Trainyard: http://$${WEB_HOST:-127.0.0.1}:$${WEB_PORT:-8000}/  (Ctrl-C stops web, worker and beat)"; exec "$$0" manage.py runstack' $(PY)
+	-$(RUN_ENV) $(PY) manage.py build_images --if-missing
+	@echo "Trainyard: http://$${WEB_HOST:-127.0.0.1}:$${WEB_PORT:-8000}/  (Ctrl-C stops web, worker and beat)"
+	$(RUN_ENV) exec $(PY) manage.py runstack
 
 lint: install-dev
 	$(BIN)/ruff check .
@@ -55,14 +64,21 @@ format: install-dev
 # on processes). Tests that share a daemon, a port or a module fixture stay together on one
 # worker, the longest groups first (tests/parallel.py).
 XDIST := -n $${TEST_WORKERS:-3} --dist loadgroup --no-loadscope-reorder
+# The suite starts hundreds of Python processes (stacks, runners, manage.py): the project's
+# bytecode is compiled once up front and may be cached during the run, whatever
+# PYTHONDONTWRITEBYTECODE says outside (else every process compiles what it imports again).
+BYTECODE := $(PY) -m compileall -q -j 0 apps config runner trainer engine trainyard_cli
+PYTEST_ENV := PYTHONDONTWRITEBYTECODE= DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)}
 
 test: lint
 	DATABASE_POOL=0 DATABASE_URL=sqlite://:memory: $(PY) manage.py makemigrations --check --dry-run --settings config.test_settings
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
+	$(BYTECODE) >/dev/null
+	$(PYTEST_ENV) $(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 # For a local loop, not CI: no live stack, no real daemons, no torch.
 test-fast: install-dev
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(BIN)/pytest $(XDIST) -m "not live and not torch" $(PYTEST_ARGS)
+	$(BYTECODE) >/dev/null
+	$(PYTEST_ENV) $(BIN)/pytest $(XDIST) -m "not live and not torch" $(PYTEST_ARGS)
 
 bench: install-dev
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) bench/run.py

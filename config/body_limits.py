@@ -29,7 +29,9 @@ from collections.abc import Awaitable, Callable
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.utils.module_loading import import_string
+from psycopg_pool import PoolTimeout
 
 from apps.accounts.keys import key_matches, parse_key
 from apps.accounts.models import ApiKey
@@ -83,32 +85,41 @@ def _signed_in(cookie_header: str) -> bool:
     return False
 
 
+async def _ask(check: Callable[..., bool], *args: str) -> bool:
+    """`check(*args)` on a database thread. The lookups run before Django's request begins,
+    so they close a connection the database ended themselves (database_sync_to_async, as a
+    request's start and end would). A connection the database ended after the pool last
+    checked it fails the first query: it is closed, and the lookup (a read) asked once more
+    on a fresh one rather than answered 500 (not after the pool had none to give: that
+    waited its timeout already)."""
+    try:
+        return await database_sync_to_async(check)(*args)
+    except (OperationalError, InterfaceError) as exc:
+        if isinstance(exc.__cause__, PoolTimeout):
+            raise
+        return await database_sync_to_async(check)(*args)
+
+
 async def body_limit(scope: dict) -> int:
-    """The most bytes this request's body may have. Its lookups run before Django's request
-    begins, so they close a connection the database ended themselves (database_sync_to_async,
-    as a request's start and end would), rather than answer 500 on it."""
+    """The most bytes this request's body may have."""
     path, headers = scope["path"], _headers(scope)
     if scope["method"] == "POST":
         match = ARTIFACT_UPLOAD.match(path)
-        if match and await database_sync_to_async(_artifact_uploader)(
-            match["job_id"], headers.get("authorization", "")
+        if match and await _ask(
+            _artifact_uploader, match["job_id"], headers.get("authorization", "")
         ):
             return settings.ARTIFACT_MAX_BYTES
-        if DATASET_UPLOAD.match(path) and await database_sync_to_async(_signed_in)(
-            headers.get("cookie", "")
-        ):
+        if DATASET_UPLOAD.match(path) and await _ask(_signed_in, headers.get("cookie", "")):
             return settings.DATASET_MAX_BYTES + FORM_OVERHEAD_BYTES
         api_upload = DATASET_API_UPLOAD.match(path) or WORKDIR_UPLOAD.match(path)
         if api_upload and (
-            await database_sync_to_async(_api_key_valid)(headers.get("authorization", ""))
-            or await database_sync_to_async(_signed_in)(headers.get("cookie", ""))
+            await _ask(_api_key_valid, headers.get("authorization", ""))
+            or await _ask(_signed_in, headers.get("cookie", ""))
         ):
             if WORKDIR_UPLOAD.match(path):
                 return settings.WORKDIR_MAX_BYTES + FORM_OVERHEAD_BYTES
             return settings.DATASET_MAX_BYTES + FORM_OVERHEAD_BYTES
-        if HUB_COMMIT.match(path) and await database_sync_to_async(_api_key_valid)(
-            headers.get("authorization", "")
-        ):
+        if HUB_COMMIT.match(path) and await _ask(_api_key_valid, headers.get("authorization", "")):
             return settings.HUB_MAX_COMMIT_BYTES
     return settings.REQUEST_MAX_BYTES
 

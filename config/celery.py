@@ -29,11 +29,12 @@ WORKER_APPLICATION_NAME = "trainyard worker"
 @signals.worker_process_init.connect
 def name_connections(**kwargs) -> None:
     """Before the child opens its first connection: its sessions say whose they are."""
+    from django.conf import settings
     from django.db import connections
 
     for alias in connections:
         settings_dict = connections[alias].settings_dict
-        if settings_dict["ENGINE"] == "django.db.backends.postgresql":
+        if settings_dict["ENGINE"] in settings.POSTGRESQL_ENGINES:
             settings_dict.setdefault("OPTIONS", {})["application_name"] = WORKER_APPLICATION_NAME
 
 

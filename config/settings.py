@@ -101,6 +101,8 @@ TEMPLATES = [
 
 DATABASE_POOL = env_bool("DATABASE_POOL", True)
 DATABASE_POOL_SIZE = env_int("DATABASE_POOL_SIZE", 8)
+POSTGRESQL_ENGINES = ("django.db.backends.postgresql", "config.postgresql")
+POOLED_POSTGRESQL_ENGINE = "config.postgresql"
 # At most this many runner-protocol requests (spec, started, heartbeat, logs, exit) run at
 # once per web process; the rest wait up to RUNNER_QUEUE_TIMEOUT_S, then get 503
 # `overloaded`, which runners retry (config/admission.py). Default: the pool less two.
@@ -129,10 +131,12 @@ def _database_config(url: str) -> dict:
     elif config["ENGINE"] == "django.db.backends.postgresql" and DATABASE_POOL:
         # A connection pool per process: ASGI and Celery open a connection per request or
         # task otherwise. CONN_MAX_AGE must stay 0 with a pool. Each connection is checked as
-        # it leaves the pool (Django's health check: an empty query), so one that a database
-        # restart or pg_terminate_backend ended is replaced, not handed to a request (a 500).
+        # it leaves the pool (an empty query), so one that a database restart or
+        # pg_terminate_backend ended is replaced, not handed to a request (a 500); a failed
+        # check sweeps the whole pool (config/db_pool.py, through the backend in
+        # config/postgresql, since Django's own backend fixes the pool's check).
+        config["ENGINE"] = POOLED_POSTGRESQL_ENGINE
         config["OPTIONS"] = {"pool": {"min_size": 1, "max_size": DATABASE_POOL_SIZE}}
-        config["CONN_HEALTH_CHECKS"] = True
         config["CONN_MAX_AGE"] = 0
     return config
 
@@ -249,6 +253,11 @@ HUB_MAX_COMMIT_BYTES = env_int("HUB_MAX_COMMIT_BYTES", 6 * 1024**3)
 # is deleted by beat's `workdirs.expire`, run every WORKDIR_EXPIRE_INTERVAL_S; 0 keeps them.
 WORKDIR_RETENTION_DAYS = env_int("WORKDIR_RETENTION_DAYS", 30)
 WORKDIR_EXPIRE_INTERVAL_S = env_float("WORKDIR_EXPIRE_INTERVAL_S", 3600.0)
+# Hub blobs no commit names (a deleted repository's, an upload never committed) are
+# deleted by beat's `hub.collect_garbage` every HUB_GC_INTERVAL_S, once no upload has used
+# them for HUB_BLOB_GRACE_S.
+HUB_GC_INTERVAL_S = env_float("HUB_GC_INTERVAL_S", 3600.0)
+HUB_BLOB_GRACE_S = env_float("HUB_BLOB_GRACE_S", 3600.0)
 # The bytes an organization's workdirs, datasets and artifacts may take in all, unless an
 # operator set the organization's own `storage_quota_bytes` (apps.accounts.storage); 0: none.
 ORG_STORAGE_QUOTA_BYTES = env_int("ORG_STORAGE_QUOTA_BYTES", 100 * 1024**3)
@@ -364,6 +373,12 @@ LOCAL_HOST_RUNTIME_DEV_ONLY = env_bool("LOCAL_HOST_RUNTIME_DEV_ONLY", False)
 # "--ulimit nofile=1024:4096 --ulimit nproc=1000:1000").
 CONTAINER_GLOBAL_ARGS = env_str("CONTAINER_GLOBAL_ARGS", "")
 CONTAINER_RUN_ARGS = env_str("CONTAINER_RUN_ARGS", "")
+# The images fine-tunes and serve jobs run in on a container runtime; empty: this release's
+# offline-built `localhost/trainyard-trainer:<version>` and `…/trainyard-engine:<version>`
+# (apps.providers.images; `manage.py build_images`). Set them to an operator's registry
+# copies of docker/workload.Dockerfile (a CUDA base) for GPU hosts.
+TRAINER_IMAGE = env_str("TRAINER_IMAGE", "")
+ENGINE_IMAGE = env_str("ENGINE_IMAGE", "")
 # How long a launch may wait for an image that is not in the local store to be pulled.
 IMAGE_PULL_TIMEOUT_S = env_float("IMAGE_PULL_TIMEOUT_S", 45.0)
 RECONCILE_INTERVAL_S = env_float("RECONCILE_INTERVAL_S", 5.0)
@@ -426,6 +441,7 @@ CELERY_BEAT_SCHEDULE = {
     "serving-sync": _every("serving.sync_all", SERVING_SYNC_INTERVAL_S),
     "playground-idle": _every("playground.stop_idle", SERVING_SYNC_INTERVAL_S),
     "workdirs-expire": _every("workdirs.expire", WORKDIR_EXPIRE_INTERVAL_S),
+    "hub-gc": _every("hub.collect_garbage", HUB_GC_INTERVAL_S),
 }
 
 LOGGING = {

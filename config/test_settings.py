@@ -75,5 +75,10 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405  (WhiteNoise warns 
 WHITENOISE_USE_FINDERS = True
 # Tests need no durability: a commit that does not wait for the WAL flush saves a few
 # milliseconds on every transactional test and every runner batch the live stack writes.
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+if DATABASES["default"]["ENGINE"] in POSTGRESQL_ENGINES:  # noqa: F405
     DATABASES["default"].setdefault("OPTIONS", {})["options"] = "-c synchronous_commit=off"  # noqa: F405
+# A flush after each transactional test empties the tables with DELETE, not TRUNCATE (about
+# 50 times faster for a test's few rows: tests/postgresql). Not for the live stack's pooled
+# processes, which never flush.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
+    DATABASES["default"]["ENGINE"] = "tests.postgresql"  # noqa: F405

@@ -32,6 +32,7 @@ from engine.config import PEFT_BASE_NAME, EngineConfig
 from engine.errors import invalid
 from engine.scheduler import Request
 from engine.sequence import Sequence
+from runner.protocol import hub_reference
 from trainer.data import CHAT_REPLY_START, CHAT_TURN
 
 CHAT_END = "<|im_end|>"  # ChatML's end of turn: a chat also stops there
@@ -63,8 +64,9 @@ class Model:
         self._tokenizer_lock = threading.Lock()
         dtype = config.dtype if config.dtype == "auto" else getattr(torch, config.dtype)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(config.base_model)
-            base = AutoModelForCausalLM.from_pretrained(config.base_model, dtype=dtype)
+            repo, revision = base_model_reference(config.base_model)
+            self.tokenizer = AutoTokenizer.from_pretrained(repo, revision=revision)
+            base = AutoModelForCausalLM.from_pretrained(repo, revision=revision, dtype=dtype)
         except (OSError, ValueError) as error:
             raise ModelError(f"cannot load model {config.base_model}: {error}") from None
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -281,3 +283,11 @@ def _strip_lora(model: Any) -> None:
             parent_name, _, child = name.rpartition(".")
             parent = model.get_submodule(parent_name) if parent_name else model
             setattr(parent, child, module.get_base_layer())
+
+
+def base_model_reference(value: str) -> tuple[str, str | None]:
+    """(what `from_pretrained` loads, the revision or None): a hub id may name a revision,
+    `<org>/<name>@<revision>`; a local directory is taken whole."""
+    if value.startswith(("/", ".", "~")) or Path(value).expanduser().exists():
+        return value, None
+    return hub_reference(value)

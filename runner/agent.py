@@ -96,6 +96,7 @@ from runner.loops import Heartbeat, LogSender
 from runner.masking import Masker
 from runner.output import OutputCollector
 from runner.protocol import (
+    ENV_HUB_CACHE,
     ENV_RESUME_FROM,
     EXIT_CONFIG,
     EXIT_LOCKED,
@@ -436,7 +437,11 @@ class Runner:
     def _open_hub(self, spec: JobSpec) -> None:
         """HF_ENDPOINT for the workload, when the control plane offers its hub: the control
         URL's hub, or, for a runner that talks through a socket (a network of its own), a
-        door on the workload's loopback that carries the hub's reads over the socket."""
+        door on the workload's loopback that carries the hub's reads over the socket. And
+        the provider's cache for the organization, unless the job names its own."""
+        cache = os.environ.get(ENV_HUB_CACHE, "")
+        if cache and not {"HF_HOME", "HF_HUB_CACHE"} & spec.env.keys():
+            spec.env["HF_HUB_CACHE"] = cache
         if spec.hub_path is None:
             return
         if self.config.control_socket is None:

@@ -24,6 +24,7 @@ from pathlib import Path
 from runner.protocol import (
     ENV_CONTROL_SOCKET,
     ENV_CONTROL_URL,
+    ENV_HUB_CACHE,
     ENV_JOB_ID,
     ENV_RELAY_URL,
     ENV_RUNNER_TOKEN,
@@ -39,6 +40,7 @@ WORKLOAD_HIDDEN_VARS = (
     ENV_WORKDIR,
     ENV_RELAY_URL,
     ENV_CONTROL_SOCKET,
+    ENV_HUB_CACHE,
 )
 MAX_TOKEN_FILE_BYTES = 4096
 

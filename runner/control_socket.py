@@ -247,11 +247,16 @@ class Handler(BaseHTTPRequestHandler):
 
 def serve(socket_path: str, job_id: str, upstream: Upstream, idle_exit_s: float) -> None:
     """Serve until SIGTERM/SIGKILL, or until nobody called for `idle_exit_s`."""
-    if os.path.exists(socket_path):
-        os.unlink(socket_path)
-    server = Server(socket_path, job_id, upstream)
+    # Bound and listening under a name of its own, then renamed into place: the path
+    # appears only once a connect to it succeeds (between bind and listen, a runner that
+    # found the file would be refused).
+    staging = f"{socket_path}.{os.getpid()}"
+    if os.path.exists(staging):
+        os.unlink(staging)
+    server = Server(staging, job_id, upstream)
     # A workload's user may be anyone in its image; the socket's directory is the attempt's.
-    os.chmod(socket_path, 0o666)
+    os.chmod(staging, 0o666)
+    os.replace(staging, socket_path)
     server.timeout = 1.0
     try:
         while time.monotonic() - server.last_call < idle_exit_s:

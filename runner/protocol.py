@@ -113,6 +113,10 @@ ENV_RELAY_URL = "TRAINYARD_RELAY_URL"
 # network of its own reaches nothing else of its host; `runner.control_socket`). With it,
 # TRAINYARD_CONTROL_URL only names the origin.
 ENV_CONTROL_SOCKET = "TRAINYARD_CONTROL_SOCKET"
+# Optional: a directory kept for this organization's workloads on this provider, where the
+# runner points the Hugging Face cache (HF_HUB_CACHE) unless the job names its own
+# (HF_HOME or HF_HUB_CACHE), so a second attempt does not download a model again.
+ENV_HUB_CACHE = "TRAINYARD_HUB_CACHE"
 # Set by the control plane in the spec's env, for the workload.
 ENV_ATTEMPT = "TRAINYARD_ATTEMPT"
 ENV_CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"  # relative to the workload's directory
@@ -140,7 +144,9 @@ LINE_METRICS = "metrics"  # a metric point, for the control plane's ingestion
 LINE_CHECKPOINT = "checkpoint"  # a checkpoint directory, for the runner to upload
 LINE_GRADING = "grading"  # the trainer's verdict, kept as the job's `grading` event
 LINE_ADAPTER = "adapter"  # the final adapter directory, for the runner to upload
-ARTIFACT_LINE_TYPES = frozenset({LINE_CHECKPOINT, LINE_ADAPTER})  # also the upload kinds
+LINE_MERGED = "merged"  # the base model with the final adapter merged in, to upload
+# Also the upload kinds.
+ARTIFACT_LINE_TYPES = frozenset({LINE_CHECKPOINT, LINE_ADAPTER, LINE_MERGED})
 # A serving workload listens: `{"type": "serving", "port": N, "models": [...]}`.
 LINE_SERVING = "serving"
 
@@ -189,6 +195,13 @@ class WorkdirArchive(TypedDict):
 
 
 HUB_PATH = "/hf"  # where a control plane serves its Hugging Face compatible hub
+
+
+def hub_reference(value: str) -> tuple[str, str | None]:
+    """`<namespace>/<name>@<revision>` as (repo id, revision); without `@`, (value, None).
+    A revision is a branch, a tag or a commit id of the repository."""
+    repo_id, at, revision = value.partition("@")
+    return (repo_id, revision) if at and revision else (value, None)
 
 
 class HubAccess(TypedDict):

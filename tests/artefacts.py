@@ -1,15 +1,20 @@
 """Expensive test artefacts (the tiny model, the demo data, the tiny adapters) built once per
-machine and shared by every pytest-xdist worker and every later run.
+machine and shared by every pytest-xdist worker, every later run and every clone.
 
-Each lives in `var/test-cache/<name>-<digest>/`, where the digest covers the sources that
-build it and the versions of the libraries that write it: a change to any of them builds a
-fresh one. A file lock makes the first worker build while the others wait; a `done.json`
-written last marks a finished build, so one killed halfway is built again."""
+Each lives in `<cache>/<name>-<digest>/`, where the digest covers the sources that build it
+and the versions of the libraries that write it: a change to any of them builds a fresh one,
+so a clone never gets another version's. The cache is `TRAINYARD_TEST_CACHE`, by default
+/var/tmp/trainyard-test-cache: outside the checkout, so a fresh clone finds them built (as it
+finds the podman images), and readable by every user (workloads may run as `nobody`).
+
+A file lock makes the first worker build while the others wait; a `done.json` written last
+marks a finished build, so one killed halfway is built again."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from collections.abc import Callable
 from importlib import metadata
@@ -19,7 +24,7 @@ from filelock import FileLock
 
 from tests.live import ROOT
 
-CACHE = ROOT / "var" / "test-cache"
+CACHE = Path(os.environ.get("TRAINYARD_TEST_CACHE") or "/var/tmp/trainyard-test-cache")
 LIBRARIES = ("torch", "transformers", "peft", "tokenizers", "safetensors")
 
 

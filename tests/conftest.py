@@ -393,6 +393,25 @@ def podman_image(tmp_path_factory) -> str:
         pytest.fail(str(exc))
 
 
+@pytest.fixture(scope="session")
+def trainer_image(tmp_path_factory) -> str:
+    """This release's trainer image in podman's store, made by the builder a user runs
+    (`manage.py build_images`, which `make run` runs too): built once per machine and set
+    of packages, its top layer again when the workload code changed."""
+    from apps.providers import images
+    from apps.providers.backends.local import container_runtime
+
+    try:
+        trainer, _, _ = images.ensure_workload_image(
+            container_runtime("podman"),
+            say=lambda line: None,
+            scratch=tmp_path_factory.mktemp("image"),
+        )
+    except images.ImageBuildError as exc:
+        pytest.fail(str(exc))
+    return trainer
+
+
 @pytest.fixture
 def shared_host(db):
     """The seeded local provider (host runtime, single-tenant by default) opened to several

@@ -100,3 +100,14 @@ def _stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=grace)
+
+
+def with_demo_model(var_dir: Path, tiny_model: Path) -> None:
+    """Put the tiny model where `seed_demo` keeps the demo model (a stack's second start
+    finds it so), so a test's `make run` or `seed_demo` publishes it instead of building it
+    again (torch's import and a tokenizer's training: about 5 s of CPU)."""
+    import shutil
+
+    target = var_dir / "demo" / "tiny-llama"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(tiny_model, target)

@@ -3,7 +3,7 @@
 Each worker has its own Redis database, var directory and test database
 (`config/test_settings.py`, pytest-django) and boots its own live stack on free ports. What
 cannot be had twice at once is shared by *group*, and groups follow fixtures, not test
-files, so a new test that uses `slurm_cluster` or `browser` lands in the right group without
+files, so a new test that uses `slurm_cluster` or `podman_image` lands in the right group without
 knowing about this:
 
 - a shared daemon or resource: the fixtures in FIXTURE_GROUPS, and the `make run` modules
@@ -13,7 +13,7 @@ knowing about this:
 - a test that needs two of these joins them into one group.
 
 Grouped units go first, longest-known first, so they start at once; every other test is a
-unit of its own, and the browser tests run last on their worker (see tests/conftest.py).
+unit of its own.
 
 `--durations=30` prints the slowest; `var/test-times.tsv` keeps every test's wall time and
 CPU seconds (this process, its reaped children, the live stack's processes)."""
@@ -32,12 +32,13 @@ import pytest
 
 from tests.live import ROOT
 
-# Fixture -> group: shared daemons, fixed ports, one Chromium, one engine per run.
+# Fixture -> group: shared daemons, fixed ports, one engine per run. (Chromium is one per
+# module: `browser` is module-scoped, so a browser module is a unit of its own.)
 FIXTURE_GROUPS = {
     "slurm_cluster": "slurm",
     "slurm_provider": "slurm",
-    "browser": "browser",
     "podman_image": "podman",
+    "trainer_image": "podman",
     "engine": "engine",
     "served": "engine",
 }
@@ -51,13 +52,14 @@ FIXTURE_MARKERS = {
     "browser": "live",
     "tiny_model": "torch",
     "tiny_adapters": "torch",
+    "trainer_image": "torch",
 }
 # Modules that listen on 127.0.0.1:8000 and use Redis db 14, whatever fixtures they take.
 PATH_GROUPS = {
     "tests/integration/test_make_run.py": "make_run",
 }
 # Longest first (measured): they start at t=0 on their own workers.
-GROUP_ORDER = ("slurm", "make_run", "engine", "podman")
+GROUP_ORDER = ("slurm", "make_run", "podman", "engine")
 
 TIMES = ROOT / "var" / "test-times"
 REGISTRY = ROOT / "var" / "test-workers"
@@ -134,10 +136,8 @@ def _rank(item: pytest.Item) -> tuple[int, int]:
 
 class Order:
     """The final order, after pytest-django's (trylast). Under xdist, `loadgroup` hands out
-    work units in collection order, so the grouped units come first. Browser tests run last
-    in any run: while Playwright's sync API runs its event loop in the test thread, Django
-    hands out connections of another context, so the flush after those tests is not the
-    serialized-rollback flush the tests after them would expect."""
+    work units in collection order, so the grouped units come first, the longest first: a
+    long group handed out last would run on after every other worker had finished."""
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]):
@@ -145,7 +145,6 @@ class Order:
             items.sort(key=_rank)  # stable: collection order within each rank
             if config.getvalue("loadgroup"):
                 _suffix_groups(items)
-        items.sort(key=lambda item: item.nodeid.startswith("tests/browser/"))
 
 
 def _suffix_groups(items: list[pytest.Item]) -> None:

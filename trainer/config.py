@@ -44,6 +44,9 @@ class TrainConfig:
     logging_steps: int = 1
     eval_fraction: float = 0.1
     seed: int = 42
+    # Also write the base model with the adapter merged in (`merged/`), for the runner to
+    # upload: what a runtime without LoRA support loads.
+    merge: bool = False
     output_dir: str = "output"  # absolute once loaded
 
     @classmethod
@@ -108,6 +111,12 @@ class TrainConfig:
                 errors.append(f"'{name}' {problem}")
             else:
                 values[name] = float(value) if check is _positive_number else value
+
+        if "merge" in data:
+            if not isinstance(data["merge"], bool):
+                errors.append("'merge' must be true or false")
+            else:
+                values["merge"] = data["merge"]
 
         if data.get("lora_target_modules") is not None:
             modules = data["lora_target_modules"]

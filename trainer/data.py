@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runner.protocol import hub_reference
 from trainer.formats import (
     IGNORE_INDEX,
     Conversation,
@@ -31,6 +32,7 @@ from trainer.formats import (
     Tokens,
     parse_row,
 )
+from trainer.hub import hub_for
 
 FILE_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv")
 
@@ -117,17 +119,62 @@ def _open(path: Path, **kwargs):
 
 
 def _hub_rows(dataset: str) -> Iterator[tuple[int, Any]]:
-    """A Hugging Face hub dataset's train split, where the optional `datasets` package is
-    installed and the hub can be reached."""
+    """A hub dataset repository's training rows: its `.jsonl`, `.json` and `.csv` files
+    (those whose name starts with `train`, when any does), in path order, fetched with
+    `huggingface_hub`. A repository without such files is loaded with the `datasets`
+    package, where it is installed (Parquet and scripts)."""
+    repo_id, revision = hub_reference(dataset)
+    paths = _hub_data_files(repo_id, revision)
+    if not paths:
+        yield from _datasets_rows(dataset, repo_id, revision)
+        return
+    row_offset = 0
+    for path in paths:
+        last = 0
+        for row_number, row in _rows(str(path)):
+            last = row_number
+            yield row_offset + row_number, row
+        row_offset += last
+
+
+def _hub_data_files(repo_id: str, revision: str | None) -> list[Path]:
+    from huggingface_hub import HfApi, hf_hub_download
+
+    endpoint, token = hub_for(repo_id)
+    try:
+        listed = HfApi(endpoint=endpoint, token=token).list_repo_files(
+            repo_id, repo_type="dataset", revision=revision
+        )
+        names = sorted(name for name in listed if name.lower().endswith(FILE_SUFFIXES))
+        training = [name for name in names if name.rsplit("/", 1)[-1].startswith("train")]
+        return [
+            Path(
+                hf_hub_download(
+                    repo_id,
+                    name,
+                    repo_type="dataset",
+                    revision=revision,
+                    endpoint=endpoint,
+                    token=token,
+                )
+            )
+            for name in training or names
+        ]
+    except Exception as error:  # the hub's errors are many and change between versions
+        at = f" at {revision}" if revision else ""
+        raise DataError(f"cannot load dataset {repo_id}{at} from the hub: {error}") from None
+
+
+def _datasets_rows(dataset: str, repo_id: str, revision: str | None):
     try:
         import datasets
     except ImportError:
         raise DataError(
-            f"dataset {dataset} is not a local file, and loading a hub dataset needs the "
-            "`datasets` package (pip install datasets)"
+            f"dataset {dataset} has no .jsonl, .json or .csv file; loading other formats "
+            "needs the `datasets` package (pip install datasets)"
         ) from None
     try:
-        rows = datasets.load_dataset(dataset, split="train")
+        rows = datasets.load_dataset(repo_id, revision=revision, split="train")
     except Exception as error:  # the hub's errors are many and change between versions
         raise DataError(f"cannot load dataset {dataset}: {error}") from None
     yield from enumerate(rows, start=1)

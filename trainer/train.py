@@ -14,10 +14,11 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.protocol import EXIT_GRADING_FAILED, LINE_ADAPTER, LINE_GRADING
+from runner.protocol import EXIT_GRADING_FAILED, LINE_ADAPTER, LINE_GRADING, LINE_MERGED
 from trainer.config import ConfigError, TrainConfig
 from trainer.data import Encoder, encode_and_split, read_samples
 from trainer.events import emit, fail, say
+from trainer.hub import model_reference
 from trainer.stopping import StopRequest
 
 # LoRA targets by `config.model_type` where peft's own table is missing or wider than wanted;
@@ -193,12 +194,16 @@ def run(config: TrainConfig, *, resume_from: str | None = None) -> int:
         output_dir=Path(config.output_dir),
         eval_loss_before=eval_loss_before,
         bad_loss=metrics.bad_loss,
+        merge=config.merge,
     )
 
 
-def _grade_and_save(trainer, tokenizer, *, output_dir: Path, eval_loss_before, bad_loss) -> int:
+def _grade_and_save(
+    trainer, tokenizer, *, output_dir: Path, eval_loss_before, bad_loss, merge: bool = False
+) -> int:
     """Grade the trained adapter and write it as `adapter` if it passed, else as
-    `adapter-rejected`; the exit code."""
+    `adapter-rejected`; with `merge`, a passed one also merged into the base (`merged`).
+    The exit code."""
     eval_loss_after = trainer.evaluate()["eval_loss"]
     result = grade(
         eval_loss_before=eval_loss_before, eval_loss_after=eval_loss_after, bad_loss=bad_loss
@@ -218,6 +223,11 @@ def _grade_and_save(trainer, tokenizer, *, output_dir: Path, eval_loss_before, b
         fail(f"grading failed: {result.reason}")
         return EXIT_GRADING_FAILED
     emit(LINE_ADAPTER, path=str(adapter_dir))
+    if merge:
+        merged_dir = output_dir / "merged"
+        trainer.model.merge_and_unload().save_pretrained(merged_dir, safe_serialization=True)
+        tokenizer.save_pretrained(merged_dir)
+        emit(LINE_MERGED, path=str(merged_dir))
     return 0
 
 
@@ -278,9 +288,10 @@ def _training_arguments(config: TrainConfig, *, bf16: bool, cpu: bool):
 def _load(name: str, *, dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    repo, revision = model_reference(name)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(name)
-        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+        tokenizer = AutoTokenizer.from_pretrained(repo, revision=revision)
+        model = AutoModelForCausalLM.from_pretrained(repo, revision=revision, dtype=dtype)
     except (OSError, ValueError) as error:
         raise ModelError(f"cannot load model {name}: {error}") from None
     if tokenizer.pad_token_id is None:

@@ -58,7 +58,12 @@ def _insecure_flag(parser: argparse.ArgumentParser, *, default: object) -> None:
 
 def _job_body_flags(p: argparse.ArgumentParser, *, workdir: bool) -> None:
     """What describes a container job, for `jobs submit` and `jobs plan`."""
-    p.add_argument("image", help="container image (`local`: the host runtime)")
+    p.add_argument(
+        "image",
+        help="container image: on podman or docker one in the host's store or a registry "
+        "(`localhost/trainyard-trainer:<version>`, which `make run` builds, has python3 and "
+        "torch); the host runtime ignores it",
+    )
     p.add_argument("--script", metavar="FILE", help="a script to run instead of a command")
     if workdir:
         p.add_argument(
@@ -161,13 +166,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = commands.add_parser("finetune", help="start a managed LoRA fine-tune")
     p.add_argument("--project", required=True, help="project id (proj_…) or slug")
-    p.add_argument("--model", required=True, help="base model: hub id or a path on the host")
-    p.add_argument("--dataset", help="an uploaded dataset (ds_…) or a hub id")
+    p.add_argument(
+        "--model",
+        required=True,
+        help="base model: ORG/NAME[@REV] of your organization's hub, a Hugging Face id, or a "
+        "path on the host",
+    )
+    p.add_argument(
+        "--dataset", help="an uploaded dataset (ds_…), ORG/NAME[@REV] of the hub, or a hub id"
+    )
     p.add_argument("--dataset-file", metavar="FILE", help="upload FILE first, then train on it")
     p.add_argument("--format", help="alpaca, chatml, sharegpt, prompt_completion, text, …")
     p.add_argument("--max-steps", type=int)
     p.add_argument("--max-samples", type=int)
     p.add_argument("--learning-rate", type=float)
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="also publish the base with the adapter merged in (merged/ in its hub repo)",
+    )
     _compute_flags(p)
     _json_flag(p)
     p.set_defaults(handler=finetune.run)

@@ -22,6 +22,7 @@ from django.db import DatabaseError, connection
 
 # One number per kind of work, so the same row's leases for different work never collide.
 DISPATCH = 1
+HUB_PUBLISH = 2  # a succeeded fine-tune's adapter, published to the hub
 
 _INT4 = 2**31
 

@@ -9,8 +9,9 @@ from django import forms
 from django.core.exceptions import ValidationError
 
 from apps.core.errors import InvalidRequest
-from apps.finetunes import datasets, payloads
+from apps.finetunes import datasets, hub_refs, payloads
 from apps.finetunes.models import Dataset
+from apps.hub.models import RepoKind
 from apps.jobs.models import Job
 from apps.jobs.web.forms import JobForm
 from apps.projects.models import Project
@@ -38,6 +39,7 @@ class FinetuneJobForm(JobForm):
         "max_samples",
         "max_steps",
         "learning_rate",
+        "merge",
         "accelerator",
         "gpu_count",
         "disk_gb",
@@ -52,14 +54,16 @@ class FinetuneJobForm(JobForm):
     model = forms.CharField(
         label="Model",
         max_length=500,
-        help_text="A Hugging Face repo id, e.g. <code>Qwen/Qwen2.5-0.5B-Instruct</code>, "
-        "or a path on the host.",
+        help_text="A model of this organization's hub, <code>org/name</code> or "
+        "<code>org/name@revision</code>; a Hugging Face repo id, e.g. "
+        "<code>Qwen/Qwen2.5-0.5B-Instruct</code>; or a path on the host (single-tenant hosts).",
     )
     dataset = forms.CharField(
         label="Dataset",
         max_length=500,
-        help_text="One of this project's uploaded datasets (<code>ds_…</code>), a Hugging Face "
-        "dataset id, e.g. <code>tatsu-lab/alpaca</code>, or a path on the host.",
+        help_text="One of this project's uploaded datasets (<code>ds_…</code>), a dataset of "
+        "this organization's hub (<code>org/name[@revision]</code>), a Hugging Face dataset "
+        "id, e.g. <code>tatsu-lab/alpaca</code>, or a path on the host (single-tenant hosts).",
         widget=forms.TextInput(attrs={"list": "finetune-dataset-choices", "autocomplete": "off"}),
     )
     dataset_format = forms.ChoiceField(
@@ -76,6 +80,12 @@ class FinetuneJobForm(JobForm):
         label="Max steps", required=False, min_value=1, help_text="Empty trains by epochs."
     )
     learning_rate = forms.FloatField(label="Learning rate", initial=0.0002)
+    merge = forms.BooleanField(
+        label="Also publish merged weights",
+        required=False,
+        help_text="The base model with the adapter merged in, beside the adapter in its hub "
+        "repository (<code>merged/</code>): for runtimes without LoRA support.",
+    )
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         self.project = project
@@ -96,6 +106,14 @@ class FinetuneJobForm(JobForm):
         """An uploaded dataset must be the project's and is trained as its own format."""
         data = super().clean()
         dataset, dataset_format = data.get("dataset"), data.get("dataset_format")
+        for field, kind in (("model", RepoKind.MODEL), ("dataset", RepoKind.DATASET)):
+            if data.get(field):
+                try:
+                    hub_refs.check_hub_reference(
+                        project=self.project, value=data[field], kind=kind, param=field
+                    )
+                except InvalidRequest as error:
+                    self.add_service_error(error)
         if dataset and dataset_format:
             try:
                 datasets.check_dataset(
@@ -108,7 +126,7 @@ class FinetuneJobForm(JobForm):
     def config(self) -> dict:
         """What the trainer reads from $FINETUNE_CONFIG."""
         data = self.cleaned_data
-        return {
+        config = {
             name: data[name]
             for name in (
                 "model",
@@ -119,6 +137,9 @@ class FinetuneJobForm(JobForm):
                 "learning_rate",
             )
         }
+        if data.get("merge"):
+            config["merge"] = True
+        return config
 
     def payload(self, *, project_id: str) -> dict:
         return payloads.job_payload(

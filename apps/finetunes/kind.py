@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from apps.finetunes import inputs, payloads
+from apps.finetunes import inputs, payloads, publish
 from apps.jobs.kinds import JobKind
 from apps.jobs.models import Artifact, Attempt, Job
 from runner import protocol
@@ -45,3 +45,7 @@ class Finetune(JobKind):
                 job=job, attempt=attempt.number, kind=Artifact.Kind.ADAPTER
             ).exists()
         )
+
+    def succeeded(self, job: Job) -> None:
+        """Publish the adapter (and the checkpoints, as tags) to the organization's hub."""
+        publish.publish_adapter(job)

@@ -22,10 +22,11 @@ from apps.core.api_errors import first_validation_error
 from apps.core.errors import InvalidRequest
 from apps.core.serializers import StrictSerializer
 from apps.finetunes.datasets import check_dataset
+from apps.finetunes.hub_refs import check_hub_references
 from apps.projects.models import Project
+from apps.providers import images
 from trainer.formats import FORMATS
 
-IMAGE = "trainyard-trainer"
 # Not TRAINYARD_…: that prefix is the platform's own (see apps.jobs.specs).
 CONFIG_ENV = "FINETUNE_CONFIG"
 TRAINER_MISSING = (
@@ -69,6 +70,12 @@ class FinetuneConfigIn(StrictSerializer):
     learning_rate = serializers.FloatField(min_value=1e-9, max_value=1.0, default=2e-4)
     seed = serializers.IntegerField(required=False, default=42)
     save_steps = serializers.IntegerField(min_value=1, required=False, default=10)
+    merge = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Also merge the final adapter into the base model and publish those weights "
+        "(`merged/` in the adapter's hub repository).",
+    )
 
 
 class FinetuneCreateIn(FinetuneConfigIn):
@@ -101,7 +108,7 @@ def job_payload(
         "priority_class": priority_class,
         "compute": compute or dict(DEFAULT_COMPUTE),
         "container": {
-            "image": IMAGE,
+            "image": images.trainer_image(),
             "script_b64": base64.b64encode(SCRIPT.encode()).decode(),
             "env": {CONFIG_ENV: json.dumps(config, sort_keys=True)},
         },
@@ -120,12 +127,15 @@ def payload_from_api(body: object, *, project: Project) -> dict:
         raise InvalidRequest(message, param=param)
     data = dict(serializer.validated_data)
     data["dataset"] = data["dataset"].strip()
+    check_hub_references(project=project, model=data["model"], dataset=data["dataset"])
     data["dataset_format"] = check_dataset(
         project=project, dataset=data["dataset"], dataset_format=data.get("dataset_format")
     )
     if not data["dataset_format"]:
         raise InvalidRequest("This field is required.", param="dataset_format")
     config = {field: data[field] for field in (*CONFIG_FIELDS, "seed", "save_steps")}
+    if data["merge"]:
+        config["merge"] = True
     return job_payload(
         name=data["name"],
         project_id=project.public_id,

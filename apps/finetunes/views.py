@@ -117,7 +117,7 @@ def job_new(request: HttpRequest, org_slug: str, project_slug: str) -> HttpRespo
     finetune_form = FinetuneJobForm(
         data=request.POST if submitted == "finetune" else None,
         quote_url=quote_url,
-        initial=demo_finetune_initial(),
+        initial=demo_finetune_initial(organization),
         project=project,
     )
     container_form = ContainerJobForm(

@@ -18,6 +18,7 @@ from django.core.files import File
 from django.core.files.storage import default_storage
 from django.db import IntegrityError, transaction
 from django.db.models import Sum
+from django.utils import timezone
 
 from apps.accounts import storage as quota
 from apps.accounts.models import Organization
@@ -128,6 +129,7 @@ def store_blob(
         raise InvalidRequest("A blob is named by its sha256: 64 lowercase hex digits.", "oid")
     existing = find_blob(organization, sha256)
     if existing is not None:
+        touch(existing)
         return existing
     check_file_size(size)
     quota.check_room(organization, size, what=what)
@@ -160,6 +162,12 @@ def store_blob(
     except quota.QuotaExceeded:
         default_storage.delete(name)
         raise
+
+
+def touch(blob: HubBlob) -> None:
+    """Mark the blob as just used by an upload (see HubBlob.used_at)."""
+    blob.used_at = timezone.now()
+    HubBlob.objects.filter(pk=blob.pk).update(used_at=blob.used_at)
 
 
 def store_bytes(organization: Organization, data: bytes, what: str = "file") -> HubBlob:

@@ -32,6 +32,11 @@ class RepoExists(Conflict):
     default_detail = "You already created this repository."
 
 
+class RepoInUse(Conflict):
+    error_type = "repo_in_use"
+    default_detail = "An endpoint serves a commit of this repository."
+
+
 class RefExists(Conflict):
     error_type = "ref_exists"
     default_detail = "A branch or tag with this name exists."

@@ -17,6 +17,7 @@ from django.db import models
 from django.utils import timezone
 
 from apps.accounts.models import ApiKey, Organization, User
+from apps.jobs.models import Job
 
 
 class RepoKind(models.TextChoices):
@@ -42,6 +43,10 @@ class HubRepo(models.Model):
     )
     created_by_key = models.ForeignKey(
         ApiKey, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The fine-tune whose adapter this model repository publishes (None: made by a person).
+    source_job = models.OneToOneField(
+        Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="hub_repo"
     )
 
     class Meta:
@@ -72,6 +77,10 @@ class HubBlob(models.Model):
     size_bytes = models.PositiveBigIntegerField()
     file = models.FileField(max_length=500)
     created_at = models.DateTimeField(default=timezone.now)
+    # When an upload last stored or named these bytes (a pre-upload or an upload that found
+    # them stored already): garbage collection leaves a blob alone for a while after, so a
+    # commit on its way to naming it never finds it gone (apps.hub.gc).
+    used_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         constraints = [
@@ -79,6 +88,7 @@ class HubBlob(models.Model):
                 fields=["organization", "sha256"], name="hub_blob_unique_content"
             )
         ]
+        indexes = [models.Index(fields=["used_at"], name="hub_blob_used_at")]
 
     def __str__(self) -> str:
         return self.sha256

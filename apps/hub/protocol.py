@@ -32,7 +32,8 @@ from apps.hub.access import (
     require_caller,
     require_writer,
 )
-from apps.hub.blobs import check_file_size, find_blob, store_blob
+from apps.hub.blobs import check_file_size, find_blob, store_blob, touch
+from apps.hub.card import card_data
 from apps.hub.commit_body import read_commit
 from apps.hub.errors import EntryNotFound, RevisionNotFound
 from apps.hub.links import commit_url, repo_url
@@ -94,6 +95,14 @@ def repo_info_json(repo: HubRepo, commit: HubCommit) -> dict[str, Any]:
     }
     if repo.kind == RepoKind.MODEL:
         info["modelId"] = repo.repo_id
+    card = card_data(files)
+    if card is not None:
+        info["cardData"] = card
+        tags = card.get("tags")
+        if isinstance(tags, list):
+            info["tags"] = [str(tag) for tag in tags]
+        if isinstance(card.get("library_name"), str):
+            info["library_name"] = card["library_name"]
     return info
 
 
@@ -370,6 +379,7 @@ def commit(
                     "uploaded; send it inline.",
                     param=item.path,
                 )
+            touch(blob)
             additions[item.path] = blob
     finally:
         body.close()

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet
+from django.db.models import ProtectedError, QuerySet
 from django.utils import timezone
 
 from apps.accounts.models import ApiKey, Organization, User
@@ -27,6 +27,7 @@ from apps.hub.errors import (
     ParentMismatch,
     RefExists,
     RepoExists,
+    RepoInUse,
     RepoNotFound,
     RevisionNotFound,
 )
@@ -94,8 +95,17 @@ def create_repo(
 
 def delete_repo(repo: HubRepo) -> None:
     """Delete the repository, its history and refs. Its blobs stay with the organization
-    (another repository or commit may hold the same bytes)."""
-    repo.delete()
+    (another repository or commit may hold the same bytes) until garbage collection finds
+    no commit naming them (apps.hub.gc). Raises RepoInUse when an endpoint serves one of its
+    commits."""
+    try:
+        with transaction.atomic():
+            repo.delete()
+    except ProtectedError as exc:
+        raise RepoInUse(
+            f"{repo.repo_id} cannot be deleted: an endpoint serves one of its commits. Point "
+            "the endpoint elsewhere or stop it first."
+        ) from exc
 
 
 def author_name(user: User | None, api_key: ApiKey | None) -> str:

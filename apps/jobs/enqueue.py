@@ -19,7 +19,16 @@ DISPATCH_WAITING = "jobs.dispatch_waiting"
 STOP_JOB = "jobs.stop_job"
 ARCHIVE_LOG = "jobs.archive_log"
 RELEASE_ATTEMPT = "jobs.release_attempt"
-TASK_NAMES = (DISPATCH_JOB, FINALIZE_JOB, DISPATCH_WAITING, STOP_JOB, ARCHIVE_LOG, RELEASE_ATTEMPT)
+JOB_SUCCEEDED = "jobs.job_succeeded"
+TASK_NAMES = (
+    DISPATCH_JOB,
+    FINALIZE_JOB,
+    DISPATCH_WAITING,
+    STOP_JOB,
+    ARCHIVE_LOG,
+    RELEASE_ATTEMPT,
+    JOB_SUCCEEDED,
+)
 
 
 def _send(name: str, *args: int) -> None:
@@ -67,3 +76,9 @@ def archive_log_on_commit(job_id: int) -> None:
 def archive_log_now(job_id: int) -> None:
     """For a reader that found an ended job's archive missing or stale (outside a write)."""
     _send(ARCHIVE_LOG, job_id)
+
+
+def succeeded_on_commit(job_id: int) -> None:
+    """Run the job kind's `succeeded` hook (a fine-tune publishes its adapter to the hub),
+    once the caller's writes are visible."""
+    after_commit(_send, JOB_SUCCEEDED, job_id)

@@ -32,8 +32,11 @@ class JobEventType(models.TextChoices):
     # outputs
     CHECKPOINT_SAVED = "checkpoint_saved", "Checkpoint saved"
     ADAPTER_UPLOADED = "adapter_uploaded", "Adapter uploaded"
+    MERGED_UPLOADED = "merged_uploaded", "Merged weights uploaded"
     ARTIFACT_REFUSED = "artifact_refused", "Artifact refused"
     GRADING = "grading", "Grading"
+    PUBLISHED_TO_HUB = "published_to_hub", "Published to the hub"
+    PUBLISH_FAILED = "publish_failed", "Publishing to the hub failed"
     # serving
     SERVICE_READY = "service_ready", "Server listening"
 
@@ -44,5 +47,12 @@ RESUME_EVENTS = frozenset(
 )
 # Events that change what the job page's outputs panel shows.
 ARTIFACT_EVENTS = frozenset(
-    {JobEventType.CHECKPOINT_SAVED, JobEventType.ADAPTER_UPLOADED, JobEventType.GRADING}
+    {
+        JobEventType.CHECKPOINT_SAVED,
+        JobEventType.ADAPTER_UPLOADED,
+        JobEventType.MERGED_UPLOADED,
+        JobEventType.GRADING,
+        JobEventType.PUBLISHED_TO_HUB,
+        JobEventType.PUBLISH_FAILED,
+    }
 )

@@ -69,6 +69,10 @@ class JobKind:
         preemption."""
         return False
 
+    def succeeded(self, job: Job) -> None:
+        """The job has succeeded (called in a worker after that commit; may run twice, so
+        what it does must be safe to repeat)."""
+
 
 def ships_code(job: Job) -> bool:
     """Whether the job brings code for its working directory (an archive or inline files)."""

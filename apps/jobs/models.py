@@ -470,6 +470,7 @@ class Artifact(models.Model):
     class Kind(models.TextChoices):
         CHECKPOINT = "checkpoint"
         ADAPTER = "adapter"
+        MERGED = "merged"  # the base model with the final adapter merged in (on request)
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="artifacts")
     attempt = models.PositiveIntegerField(default=1)

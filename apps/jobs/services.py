@@ -339,12 +339,13 @@ def job_transition(
 
 def job_terminate(*, job: Job, reason: str = "cancelled", message: str = "") -> Job:
     """Ask for a job to end. Idempotent: a job already terminating or ended is returned as
-    it is. A job that holds no hardware ends `terminated` at once; one that does goes
-    `terminating`, and `jobs.stop_job` signals its workload as soon as this commits
-    (reconcile is the safety net)."""
+    it is, and so is one `finalizing` (its workload has exited; it ends on its own in a
+    moment, with its real outcome). A job that holds no hardware ends `terminated` at once;
+    one that does goes `terminating`, and `jobs.stop_job` signals its workload as soon as
+    this commits (reconcile is the safety net)."""
     with transaction.atomic():
         locked = Job.objects.select_for_update(of=("self",), no_key=True).get(pk=job.pk)
-        if locked.is_terminal or locked.state == JobState.TERMINATING:
+        if locked.is_terminal or locked.state in (JobState.TERMINATING, JobState.FINALIZING):
             return locked
         held_nothing = locked.state in states.NOTHING_TO_RELEASE
         record_event(

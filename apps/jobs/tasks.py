@@ -13,6 +13,9 @@ from apps.core.tasks import trainyard_task
 from apps.jobs import enqueue
 from apps.jobs.execution import attempts, capacity, dispatch, stopping, supervision
 from apps.jobs.execution import reconcile as reconcile_loop
+from apps.jobs.kinds import hooks_for
+from apps.jobs.models import Job
+from apps.jobs.states import JobState
 from apps.jobs.telemetry import log_archive
 
 logger = logging.getLogger(__name__)
@@ -46,6 +49,16 @@ def stop_job(job_id: int) -> None:
 @trainyard_task("jobs.release_attempt")
 def release_attempt(attempt_id: int) -> None:
     attempts.release(attempt_id)
+
+
+# Publishing a fine-tune's adapter and checkpoints to the hub copies files of tens to
+# hundreds of megabytes.
+@trainyard_task("jobs.job_succeeded", soft_time_limit=1800, time_limit=1900)
+def job_succeeded(job_id: int) -> None:
+    """The job kind's `succeeded` hook; safe to run twice (the hook's own promise)."""
+    job = Job.objects.filter(pk=job_id, state=JobState.SUCCEEDED).first()
+    if job is not None:
+        hooks_for(job).succeeded(job)
 
 
 # A long log takes longer than the default limits (tens of seconds for ten million lines).

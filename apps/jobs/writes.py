@@ -116,6 +116,8 @@ class JobWrite:
         if states.is_terminal(to):
             holds.release_holds(job.pk)
             enqueue.archive_log_on_commit(job.pk)  # logs.txt then serves one gzip file
+            if to == JobState.SUCCEEDED:
+                enqueue.succeeded_on_commit(job.pk)
         self._state_changed = True
         return self.event(
             type=JobEventType.STATE_CHANGED,

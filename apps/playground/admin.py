@@ -12,7 +12,7 @@ class PlaygroundAdapterInline(admin.TabularInline):
     model = PlaygroundAdapter
     extra = 0
     can_delete = False
-    fields = ["served_name", "artifact", "loaded_on_attempt", "last_used_at"]
+    fields = ["served_name", "artifact", "hub_commit", "loaded_on_attempt", "last_used_at"]
     readonly_fields = fields
 
     def has_add_permission(self, request, obj=None) -> bool:

@@ -27,12 +27,13 @@ from django.utils import timezone
 from apps.accounts.models import Organization, User
 from apps.core.errors import ApiError, TenantDisabled
 from apps.core.locks import redis_lock
+from apps.hub.models import HubCommit
 from apps.jobs import services as job_services
 from apps.jobs.models import Artifact, Job
 from apps.jobs.states import TERMINAL_STATES, JobState
 from apps.playground.models import PlaygroundAdapter, PlaygroundServer, served_name_for
 from apps.projects.models import Project
-from apps.serving import engine_client, payloads
+from apps.serving import adapters, engine_client, payloads
 from apps.serving.engine_client import EngineAddress
 
 logger = logging.getLogger(__name__)
@@ -153,16 +154,26 @@ def server_ready(job_id: int) -> None:
     logger.info("playground server %s (%r) is ready", server.pk, server.base_model)
 
 
-def ensure_adapter(server: PlaygroundServer, artifact: Artifact, *, reload: bool = False) -> str:
-    """The served name under which the server's engine has `artifact` now, uploading and
-    loading it when its current attempt lacks it (`reload`: even when it is marked loaded,
-    after the engine answered that it does not know the name). Beyond MAX_ADAPTERS the least
-    recently used are unloaded first.
+def ensure_adapter(
+    server: PlaygroundServer,
+    artifact: Artifact | None = None,
+    *,
+    hub_commit: HubCommit | None = None,
+    reload: bool = False,
+) -> str:
+    """The served name under which the server's engine has the adapter now — `artifact`,
+    or the adapter at `hub_commit` of the organization's hub — uploading and loading it when
+    its current attempt lacks it (`reload`: even when it is marked loaded, after the engine
+    answered that it does not know the name). Beyond MAX_ADAPTERS the least recently used
+    are unloaded first.
 
     Raises ServerStarting when the engine is not up, EngineUnavailable and EngineRefused
     from the engine."""
+    source = {"hub_commit": hub_commit} if hub_commit is not None else {"artifact": artifact}
     adapter, _ = PlaygroundAdapter.objects.get_or_create(
-        server=server, artifact=artifact, defaults={"served_name": served_name_for(artifact)}
+        server=server,
+        **source,
+        defaults={"served_name": served_name_for(artifact=artifact, hub_commit=hub_commit)},
     )
     address = engine_for(server)
     if address is None:
@@ -175,7 +186,8 @@ def ensure_adapter(server: PlaygroundServer, artifact: Artifact, *, reload: bool
                 raise ServerStarting()
             if reload or adapter.loaded_on_attempt != address.attempt:
                 _make_room(server, address, keep=adapter)
-                engine_client.load_adapter(address, adapter.served_name, artifact)
+                with adapters.archive_of(adapter) as archive:
+                    engine_client.load_adapter(address, adapter.served_name, archive)
                 # Only while the server still runs the job whose engine was loaded: a
                 # restart meanwhile (server_for) cleared the marks for its new job.
                 PlaygroundAdapter.objects.filter(

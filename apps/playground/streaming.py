@@ -39,6 +39,7 @@ from asgiref.sync import sync_to_async
 from apps.accounts.models import Organization, User
 from apps.core.errors import ApiError, InvalidRequest, NotFound
 from apps.core.locks import LockBusy
+from apps.hub.models import HubCommit
 from apps.jobs.models import Artifact
 from apps.playground import services, targets
 from apps.playground.models import PlaygroundServer
@@ -176,9 +177,12 @@ def parse_run(raw: bytes) -> RunIn:
             )
         target = pane.get("target")
         if not isinstance(target, str) or not (
-            target == "base" or target.startswith(("art_", "ep_"))
+            target == "base" or target.startswith(("art_", "ep_", targets.HUB_PREFIX))
         ):
-            raise InvalidRequest('target is "base", "art_…" or "ep_…".', param=f"{where}.target")
+            raise InvalidRequest(
+                'target is "base", "art_…", "hub:<org>/<name>[@rev]" or "ep_…".',
+                param=f"{where}.target",
+            )
         base_model = pane.get("base_model")
         if base_model is not None and (
             target != "base" or not isinstance(base_model, str) or not base_model.strip()
@@ -205,6 +209,7 @@ class PanePlan:
     revision: str | None = None  # an endpoint's revision label
     server: PlaygroundServer | None = None
     artifact: Artifact | None = None
+    hub_commit: HubCommit | None = None
     error: str | None = None
 
 
@@ -237,6 +242,13 @@ def plan_run(
             if target is None:
                 raise InvalidRequest(
                     "The artifact's job does not say which base model it trained on.", param=where
+                )
+        elif pane.target.startswith(targets.HUB_PREFIX):
+            target = targets.hub_target(organization, pane.target)
+            if target is None:
+                raise NotFound(
+                    "No adapter at that revision of a model repository of this organization's hub.",
+                    param=where,
                 )
         else:
             target = targets.endpoint_target(organization, pane.target)
@@ -310,9 +322,11 @@ def plan_run(
         if target.kind == targets.BASE:
             plan.model = payloads.BASE_NAME
             continue
-        plan.artifact = target.artifact
+        plan.artifact, plan.hub_commit = target.artifact, target.hub_commit
         try:
-            plan.model = services.ensure_adapter(plan.server, target.artifact)
+            plan.model = services.ensure_adapter(
+                plan.server, target.artifact, hub_commit=target.hub_commit
+            )
         except (services.ServerStarting, EngineUnavailable, EngineRefused, LockBusy) as exc:
             logger.warning("pane %s: loading %s failed: %s", index, target.value, exc)
             plan.error = load_error(exc)
@@ -366,13 +380,13 @@ async def _relay_pane(plan: PanePlan, params: dict, queue: asyncio.Queue) -> Non
     upstream = None
     try:
         upstream = await _open(plan, params)
-        if upstream.status_code == 404 and plan.artifact is not None:
+        if upstream.status_code == 404 and (plan.artifact or plan.hub_commit) is not None:
             # The engine lost the name (evicted by another run's load, or restarted): load
             # it again, once.
             await upstream.aclose()
             upstream = None
             plan.model = await sync_to_async(services.ensure_adapter)(
-                plan.server, plan.artifact, reload=True
+                plan.server, plan.artifact, hub_commit=plan.hub_commit, reload=True
             )
             upstream = await _open(plan, params)
         if upstream.status_code != 200:

@@ -4,6 +4,8 @@ A target is one of:
 - `base`: a base model itself (served as `base` on its Playground server);
 - `art_<n>`: a final adapter or a checkpoint of any of the organization's jobs that says
   which base model it trained on (a fine-tune), served on that base's Playground server;
+- `hub:<org>/<name>[@revision]`: the adapter in a model repository of the organization's
+  hub (its `adapter_config.json` names the base model), served the same way;
 - `ep_…`: one of the organization's endpoints, answered by the endpoint's own engine with
   its current revision.
 
@@ -18,13 +20,19 @@ from dataclasses import dataclass, field
 from apps.accounts.models import Organization
 from apps.core.errors import InvalidRequest
 from apps.finetunes import payloads as finetune_payloads
+from apps.hub import repos as hub_repos
+from apps.hub.errors import RepoNotFound, RevisionNotFound
+from apps.hub.models import HubCommit, HubRef, RefKind, RepoKind
+from apps.hub.names import DEFAULT_BRANCH
 from apps.jobs.artifacts.store import artifact_pk, public_artifact_id
 from apps.jobs.models import Artifact, Job
 from apps.jobs.states import JobState
 from apps.projects.models import Project
+from apps.serving import adapters
 from apps.serving import selectors as serving_selectors
 from apps.serving.models import Endpoint
 from apps.serving.services import base_model_of_artifact
+from runner.protocol import hub_reference
 
 BASE = "base"
 RECENT_FINETUNES = 50
@@ -32,16 +40,19 @@ RECENT_FINETUNES = 50
 
 @dataclass(frozen=True)
 class Target:
-    value: str  # "base", "art_<n>" or "ep_…": what a pane sends
+    value: str  # "base", "art_<n>", "hub:<org>/<name>@<rev>" or "ep_…": what a pane sends
     label: str
     base_model: str | None  # None for an endpoint (its engine is its own)
     artifact: Artifact | None = None
     endpoint: Endpoint | None = None
+    hub_commit: HubCommit | None = None
 
     @property
     def kind(self) -> str:
         if self.artifact is not None:
             return "artifact"
+        if self.hub_commit is not None:
+            return "hub"
         return "endpoint" if self.endpoint is not None else BASE
 
     @property
@@ -72,12 +83,61 @@ def artifact_as_target(artifact: Artifact) -> Target | None:
     """The target of an artifact whose job says its base model; None otherwise. Its label
     names the job: a closed picker shows the option alone, without its group."""
     base_model = base_model_of_artifact(artifact)
-    if not base_model:
+    if not base_model or artifact.kind == Artifact.Kind.MERGED:  # merged: not an adapter
         return None
     label = f"{artifact.job.name} · {_artifact_label(artifact)}"
     return Target(
         value=public_artifact_id(artifact), label=label, base_model=base_model, artifact=artifact
     )
+
+
+HUB_PREFIX = "hub:"
+HUB_ADAPTERS_LISTED = 20
+
+
+def hub_target(organization: Organization, value: str) -> Target | None:
+    """`hub:<org>/<name>[@revision]`: the adapter in that model repository of the
+    organization's hub, at the commit the revision names now (`main` when none); None when
+    it is not one of the organization's, or holds no adapter that names its base model."""
+    reference = value.removeprefix(HUB_PREFIX).strip()
+    repo_id, revision = hub_reference(reference)
+    namespace, _, name = repo_id.partition("/")
+    if namespace != organization.slug or not name:
+        return None
+    try:
+        repo = hub_repos.find_repo(organization, RepoKind.MODEL, name)
+        commit = hub_repos.resolve(repo, revision or DEFAULT_BRANCH)
+    except (RepoNotFound, RevisionNotFound):
+        return None
+    config = adapters.adapter_config(commit) or {}
+    base = config.get("base_model_name_or_path")
+    if not isinstance(base, str) or not base.strip():
+        return None
+    named = f"{repo_id}@{revision or DEFAULT_BRANCH}"
+    return Target(
+        value=f"{HUB_PREFIX}{named}",
+        label=f"Hub · {named}",
+        base_model=base.strip(),
+        hub_commit=commit,
+    )
+
+
+def hub_adapter_targets(organization: Organization) -> list[Target]:
+    """The organization's model repositories whose `main` holds an adapter, most recently
+    changed first (a few: each is read to learn its base model)."""
+    names = (
+        HubRef.objects.filter(
+            repo__organization=organization,
+            repo__kind=RepoKind.MODEL,
+            kind=RefKind.BRANCH,
+            name=DEFAULT_BRANCH,
+            commit__files__path=adapters.ADAPTER_CONFIG,
+        )
+        .order_by("-repo__updated_at")
+        .values_list("repo__name", flat=True)[:HUB_ADAPTERS_LISTED]
+    )
+    found = [hub_target(organization, f"{organization.slug}/{name}") for name in names]
+    return [target for target in found if target is not None]
 
 
 def endpoint_as_target(endpoint: Endpoint) -> Target:
@@ -177,8 +237,16 @@ def choices(organization: Organization, project: Project, extra: list[Target]) -
     for target in [*extra, *(t for g in job_groups for t in g.targets)]:
         if target.base_model and target.base_model not in bases:
             bases.append(target.base_model)
+    hub = hub_adapter_targets(organization)
+    hub_keys = {target.key for target in hub}
+    hub += [t for t in extra if t.kind == "hub" and t.key not in hub_keys]
+    for target in hub:
+        if target.base_model and target.base_model not in bases:
+            bases.append(target.base_model)
     groups = [Group(label="Base models", targets=[base_target(model) for model in bases])]
     groups += job_groups
+    if hub:
+        groups.append(Group(label="Hub adapters", targets=hub))
     endpoints = [
         endpoint_as_target(endpoint)
         for endpoint in serving_selectors.endpoints_for_org(organization)

@@ -39,6 +39,7 @@ from apps.accounts.models import Membership, Role
 from apps.accounts.tenancy import membership_for_slug, remember_org
 from apps.core.api_errors import body_too_large, error_body
 from apps.core.errors import ApiError
+from apps.finetunes.demo import DEMO_PROMPT, is_demo_model
 from apps.jobs.artifacts.store import public_artifact_id
 from apps.playground import services, streaming, targets
 from apps.playground.models import PlaygroundServer
@@ -58,7 +59,7 @@ def _project_for(membership: Membership, project_slug: str) -> Project:
 def _preloaded(
     request: HttpRequest, membership: Membership
 ) -> tuple[list[targets.Target], dict[str, str]]:
-    """The targets `?job=` and `?artifact=` name, in that order, and the query of those
+    """The targets `?job=`, `?hub=` and `?artifact=` name, in that order, and the query of those
     found. One that is not the organization's is left out with a message that does not
     repeat the id (on the page itself: a start's redirect to it would say it twice)."""
     warn = messages.warning if request.method == "GET" else lambda *args: None
@@ -72,6 +73,14 @@ def _preloaded(
         else:
             found.append(target)
             query["job"] = job_id
+    hub = request.GET.get("hub", "").strip()
+    if hub:
+        target = targets.hub_target(org, hub)
+        if target is None:
+            warn(request, "That hub revision is not here, or holds no adapter.")
+        else:
+            query["hub"] = hub
+            found.append(target)
     artifact_id = request.GET.get("artifact", "").strip()
     if artifact_id:
         target = targets.artifact_target(org, artifact_id)
@@ -200,6 +209,11 @@ def playground(request: HttpRequest, org_slug: str, project_slug: str) -> HttpRe
         and membership.can(Role.MEMBER),
         "can_deploy": membership.can(Role.MEMBER),
         "max_tokens": streaming.MAX_TOKENS,
+        "demo": any(
+            target is not None and is_demo_model(membership.organization, target.base_model)
+            for target in panes
+        ),
+        "demo_prompt": DEMO_PROMPT,
     }
     return TemplateResponse(request, "playground/page.html", context)
 

@@ -29,6 +29,11 @@ MAX_USAGE_DAYS = 90
 class TargetIn(StrictSerializer):
     artifact = serializers.CharField(required=False, help_text="`art_…`: an adapter or checkpoint")
     job = serializers.CharField(required=False, help_text="`job_…`: that job's final adapter")
+    hub = serializers.CharField(
+        required=False,
+        help_text="`<org>/<name>[@revision]`: the adapter in a model repository of the "
+        "organization's hub, pinned to the commit the revision names now",
+    )
 
 
 class EndpointCreateIn(StrictSerializer):
@@ -59,15 +64,19 @@ def _who(request) -> services.Who:
 def revision_data(revision: EndpointRevision | None) -> dict | None:
     if revision is None:
         return None
+    artifact = revision.artifact
     return {
         "number": revision.number,
         "label": revision.label,
         "served_name": revision.served_name,
         "state": revision.state,
-        "artifact": public_artifact_id(revision.artifact),
-        "artifact_kind": revision.artifact.kind,
-        "artifact_step": revision.artifact.step,
-        "job_id": revision.artifact.job.public_id,
+        "artifact": public_artifact_id(artifact) if artifact else None,
+        "artifact_kind": artifact.kind if artifact else None,
+        "artifact_step": artifact.step if artifact else None,
+        "job_id": artifact.job.public_id if artifact else None,
+        "hub": {"revision": revision.hub_revision, "commit": revision.hub_commit.oid}
+        if revision.hub_commit
+        else None,
         "error_message": revision.error_message or None,
         "created_at": revision.created_at,
         "ready_at": revision.ready_at,
@@ -104,7 +113,9 @@ def endpoint_data(endpoint: Endpoint, *, detail: bool = False) -> dict:
         "stopped_at": endpoint.stopped_at,
     }
     if detail:
-        revisions = endpoint.revisions.select_related("artifact__job").order_by("-number")
+        revisions = endpoint.revisions.select_related("artifact__job", "hub_commit").order_by(
+            "-number"
+        )
         data["revisions"] = [revision_data(revision) for revision in revisions]
         promotions = endpoint.promotions.select_related(
             "revision", "replaced", "by_user", "by_key"

@@ -9,17 +9,16 @@ type: permanent for what was asked).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import httpx
-from django.core.files.storage import default_storage
 
 from apps.core.errors import Retryable
-from apps.jobs.models import Artifact, Attempt, Job
+from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState
 from apps.providers.backends import backend_for
 from apps.providers.backends.base import BackendError
+from apps.serving.adapters import Archive
 from apps.serving.kind import engine_secret
 from runner import protocol
 
@@ -133,25 +132,20 @@ def loaded_models(address: EngineAddress) -> set[str]:
     return {str(item.get("id")) for item in data.get("data", []) if isinstance(item, dict)}
 
 
-def _artifact_bytes(artifact: Artifact) -> Iterator[bytes]:
-    with default_storage.open(artifact.storage_path, "rb") as stored:
-        while chunk := stored.read(UPLOAD_CHUNK):
-            yield chunk
-
-
-def load_adapter(address: EngineAddress, served_name: str, artifact: Artifact) -> None:
-    """Upload `artifact` (a tar.gz of an adapter directory) and load it as `served_name`.
-    A name the engine already has counts as loaded: names are never reused."""
+def load_adapter(address: EngineAddress, served_name: str, archive: Archive) -> None:
+    """Upload `archive` (a tar.gz of an adapter directory: an artifact's, or one made of a
+    hub commit, apps.serving.adapters) and load it as `served_name`. A name the engine
+    already has counts as loaded: names are never reused."""
     try:
         uploaded = _call(
             address,
             "PUT",
             f"/trainyard/adapters/{served_name}",
-            content=_artifact_bytes(artifact),
+            content=archive.chunks(),
             headers={
-                protocol.SHA256_HEADER: artifact.sha256,
+                protocol.SHA256_HEADER: archive.sha256,
                 "Content-Type": protocol.ARTIFACT_CONTENT_TYPE,
-                "Content-Length": str(artifact.size_bytes),
+                "Content-Length": str(archive.size),
             },
         ).json()
         _call(

@@ -15,10 +15,12 @@
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.accounts.models import ApiKey, Organization, User
 from apps.core.ids import new_public_id
+from apps.hub.models import HubCommit
 from apps.jobs.models import Artifact, Job
 from apps.projects.models import Project
 
@@ -81,7 +83,16 @@ class EndpointRevision(models.Model):
 
     endpoint = models.ForeignKey(Endpoint, on_delete=models.CASCADE, related_name="revisions")
     number = models.PositiveIntegerField()
-    artifact = models.ForeignKey(Artifact, on_delete=models.PROTECT, related_name="+")
+    # What it serves: an artifact of one of the organization's jobs, or an adapter in a
+    # model repository of the organization's hub at one commit (`hub_revision` says how the
+    # target named it: `<org>/<name>@<revision>`). Exactly one of the two.
+    artifact = models.ForeignKey(
+        Artifact, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    hub_commit = models.ForeignKey(
+        HubCommit, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    hub_revision = models.CharField(max_length=400, blank=True, default="")
     served_name = models.CharField(max_length=100)
     state = models.CharField(max_length=16, choices=State.choices, default=State.LOADING)
     error_message = models.TextField(blank=True)
@@ -101,6 +112,11 @@ class EndpointRevision(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["endpoint", "number"], name="revision_number_once"),
             models.UniqueConstraint(fields=["endpoint", "served_name"], name="served_name_once"),
+            models.CheckConstraint(
+                condition=Q(artifact__isnull=False, hub_commit__isnull=True)
+                | Q(artifact__isnull=True, hub_commit__isnull=False),
+                name="revision_serves_one_thing",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -109,6 +125,11 @@ class EndpointRevision(models.Model):
     @property
     def label(self) -> str:
         return f"r{self.number}"
+
+    @property
+    def hub_repo_name(self) -> str:
+        """The repository's name (without its organization and revision), for a hub one."""
+        return self.hub_revision.split("@", 1)[0].partition("/")[2]
 
 
 class Promotion(models.Model):

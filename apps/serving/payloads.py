@@ -13,7 +13,8 @@ from __future__ import annotations
 import base64
 import json
 
-IMAGE = "trainyard-engine"
+from apps.providers import images
+
 CONFIG_ENV = "ENGINE_CONFIG"
 FOR_ENV = "SERVE_FOR"
 PLAYGROUND = "playground"
@@ -45,7 +46,7 @@ def serve_job_payload(
         "priority_class": "standard",
         "compute": compute or dict(DEFAULT_COMPUTE),
         "container": {
-            "image": IMAGE,
+            "image": images.engine_image(),
             "script_b64": base64.b64encode(SCRIPT.encode()).decode(),
             "env": {CONFIG_ENV: json.dumps(config, sort_keys=True), FOR_ENV: serves_for},
         },

@@ -30,13 +30,17 @@ from apps.core.errors import ApiError, Conflict, InvalidRequest, NotFound
 from apps.core.locks import redis_lock
 from apps.core.transactions import after_commit
 from apps.finetunes import payloads as finetune_payloads
+from apps.hub import repos as hub_repos
+from apps.hub.models import HubCommit, RepoKind
+from apps.hub.names import DEFAULT_BRANCH
 from apps.jobs import services as job_services
 from apps.jobs.artifacts.store import artifact_pk
 from apps.jobs.models import Artifact, Job
 from apps.projects.models import Project
-from apps.serving import engine_client, live, payloads
+from apps.serving import adapters, engine_client, live, payloads
 from apps.serving.engine_client import EngineAddress, EngineRefused, EngineUnavailable
 from apps.serving.models import Endpoint, EndpointRevision, Promotion
+from runner.protocol import hub_reference
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +60,10 @@ class BaseModelMismatch(InvalidRequest):
 class NoAdapter(Conflict):
     error_type = "no_adapter"
     default_detail = "The job has no final adapter (yet)."
+
+
+class NotAnAdapter(InvalidRequest):
+    error_type = "not_an_adapter"
 
 
 class EndpointStopped(Conflict):
@@ -79,14 +87,32 @@ class Who:
 # -- targets -----------------------------------------------------------------------------
 
 
-def resolve_target(*, organization: Organization, target: object) -> Artifact:
-    """The artifact a target names: `{"artifact": "art_…"}` (a final adapter or a
-    checkpoint of one of the organization's jobs) or `{"job": "job_…"}` (that job's final
-    adapter, of its newest attempt that uploaded one)."""
-    if not isinstance(target, dict) or len(target) != 1 or not target.keys() <= {"artifact", "job"}:
-        raise InvalidRequest(
-            'The target is {"artifact": "art_…"} or {"job": "job_…"}.', param="target"
-        )
+@dataclass(frozen=True)
+class Target:
+    """What a revision serves: an artifact, or an adapter at one commit of a hub repository
+    (`hub_revision` as the target named it). `base_model`: what it was trained on, where
+    that is known."""
+
+    artifact: Artifact | None = None
+    hub_commit: HubCommit | None = None
+    hub_revision: str = ""
+    base_model: str | None = None
+
+
+TARGET_SHAPES = 'The target is {"artifact": "art_…"}, {"job": "job_…"} or {"hub": "org/name@rev"}.'
+
+
+def resolve_target(*, organization: Organization, target: object) -> Target:
+    """What a target names: `{"artifact": "art_…"}` (a final adapter or a checkpoint of one
+    of the organization's jobs), `{"job": "job_…"}` (that job's final adapter, of its newest
+    attempt that uploaded one) or `{"hub": "<org>/<name>[@revision]"}` (the adapter in a
+    model repository of the organization's hub, at that branch, tag or commit, `main` when
+    none is given: pinned to the commit it names now)."""
+    keys = {"artifact", "job", "hub"}
+    if not isinstance(target, dict) or len(target) != 1 or not target.keys() <= keys:
+        raise InvalidRequest(TARGET_SHAPES, param="target")
+    if "hub" in target:
+        return _hub_target(organization, target["hub"])
     artifacts = Artifact.objects.select_related("job").filter(job__organization=organization)
     if "artifact" in target:
         value = target["artifact"]
@@ -95,7 +121,12 @@ def resolve_target(*, organization: Organization, target: object) -> Artifact:
         artifact = artifacts.filter(pk=artifact_pk(value, param="target.artifact")).first()
         if artifact is None:
             raise NotFound("No such artifact.")
-        return artifact
+        if artifact.kind == Artifact.Kind.MERGED:
+            raise NotAnAdapter(
+                "Merged weights are a whole model, not an adapter: serve them as a base model.",
+                param="target.artifact",
+            )
+        return Target(artifact=artifact, base_model=base_model_of_artifact(artifact))
     value = target["job"]
     if not isinstance(value, str):
         raise InvalidRequest("A job id is a string.", param="target.job")
@@ -107,7 +138,31 @@ def resolve_target(*, organization: Organization, target: object) -> Artifact:
     )
     if artifact is None:
         raise NoAdapter()
-    return artifact
+    return Target(artifact=artifact, base_model=base_model_of_artifact(artifact))
+
+
+def _hub_target(organization: Organization, value: object) -> Target:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest("A hub target is `<org>/<name>[@revision]`.", param="target.hub")
+    repo_id, revision = hub_reference(value.strip())
+    namespace, _, name = repo_id.partition("/")
+    if namespace != organization.slug or not name:
+        raise NotFound(f"No model repository {repo_id} in this organization's hub.")
+    repo = hub_repos.find_repo(organization, RepoKind.MODEL, name)
+    commit = hub_repos.resolve(repo, revision or DEFAULT_BRANCH)
+    config = adapters.adapter_config(commit)
+    if config is None:
+        raise NotAnAdapter(
+            f"{repo_id} at {revision or DEFAULT_BRANCH} holds no LoRA adapter "
+            f"({adapters.ADAPTER_CONFIG} at its top level).",
+            param="target.hub",
+        )
+    base = config.get("base_model_name_or_path")
+    return Target(
+        hub_commit=commit,
+        hub_revision=f"{repo_id}@{revision or DEFAULT_BRANCH}",
+        base_model=base.strip() if isinstance(base, str) and base.strip() else None,
+    )
 
 
 def base_model_of_artifact(artifact: Artifact) -> str | None:
@@ -117,12 +172,24 @@ def base_model_of_artifact(artifact: Artifact) -> str | None:
     return model.strip() if isinstance(model, str) else None
 
 
-def _check_base(artifact: Artifact, base_model: str) -> None:
-    trained_on = base_model_of_artifact(artifact)
-    if trained_on is not None and trained_on != base_model.strip():
+def fits_base(target: Target, base_model: str) -> bool:
+    """Whether the target's adapter fits `base_model`. An artifact's job names exactly what
+    it trained on; a hub adapter's own config names the base's repository without a
+    revision, so only the repository is compared."""
+    trained_on = target.base_model
+    if trained_on is None:
+        return True
+    if target.artifact is not None:
+        return trained_on == base_model.strip()
+    return hub_reference(trained_on.strip())[0] == hub_reference(base_model.strip())[0]
+
+
+def _check_base(target: Target, base_model: str) -> None:
+    trained_on = target.base_model
+    if not fits_base(target, base_model):
+        what = "The artifact" if target.artifact is not None else target.hub_revision
         raise BaseModelMismatch(
-            f"The artifact was trained on {trained_on!r}, not the endpoint's base model "
-            f"{base_model!r}.",
+            f"{what} was trained on {trained_on!r}, not the endpoint's base model {base_model!r}.",
             param="target",
         )
 
@@ -130,7 +197,7 @@ def _check_base(artifact: Artifact, base_model: str) -> None:
 # -- create, target, rollback, stop --------------------------------------------------------
 
 
-def _new_revision(endpoint: Endpoint, artifact: Artifact, who: Who) -> EndpointRevision:
+def _new_revision(endpoint: Endpoint, target: Target, who: Who) -> EndpointRevision:
     """Call under the endpoint's row lock."""
     number = endpoint.revision_count + 1
     Endpoint.objects.filter(pk=endpoint.pk).update(revision_count=number)
@@ -138,7 +205,9 @@ def _new_revision(endpoint: Endpoint, artifact: Artifact, who: Who) -> EndpointR
     return EndpointRevision.objects.create(
         endpoint=endpoint,
         number=number,
-        artifact=artifact,
+        artifact=target.artifact,
+        hub_commit=target.hub_commit,
+        hub_revision=target.hub_revision,
         served_name=f"{endpoint.name}-r{number}",
         created_by=who.user,
         created_by_key=who.key,
@@ -173,8 +242,8 @@ def endpoint_create(
     project = Project.objects.for_org(organization).filter(public_id=project_id).first()
     if project is None:
         raise NotFound("No such project.")
-    artifact = resolve_target(organization=organization, target=target)
-    _check_base(artifact, base_model)
+    resolved = resolve_target(organization=organization, target=target)
+    _check_base(resolved, base_model)
     try:
         with transaction.atomic():
             endpoint = Endpoint.objects.create(
@@ -186,7 +255,7 @@ def endpoint_create(
                 created_by=who.user,
                 created_by_key=who.key,
             )
-            _new_revision(endpoint, artifact, who)
+            _new_revision(endpoint, resolved, who)
             created = job_services.job_create(
                 organization=organization,
                 payload=payloads.serve_job_payload(
@@ -222,13 +291,13 @@ def endpoint_set_target(
 ) -> EndpointRevision:
     """A new revision serving `target`; it goes live once loaded and smoke-tested."""
     who = who or Who()
-    artifact = resolve_target(organization=endpoint.organization, target=target)
-    _check_base(artifact, endpoint.base_model)
+    resolved = resolve_target(organization=endpoint.organization, target=target)
+    _check_base(resolved, endpoint.base_model)
     with transaction.atomic():
         locked = _locked(endpoint)
         if locked.state == Endpoint.State.STOPPED:
             raise EndpointStopped()
-        revision = _new_revision(locked, artifact, who)
+        revision = _new_revision(locked, resolved, who)
         after_commit(_sync_soon, locked.pk)
         after_commit(live.endpoint_changed, locked.pk)
     return revision
@@ -331,7 +400,8 @@ def _bring_up(
         return
     try:
         if revision.served_name not in loaded:
-            engine_client.load_adapter(address, revision.served_name, revision.artifact)
+            with adapters.archive_of(revision) as archive:
+                engine_client.load_adapter(address, revision.served_name, archive)
             loaded.add(revision.served_name)
         if revision.state == EndpointRevision.State.LOADING:
             engine_client.smoke(address, revision.served_name)

@@ -2,13 +2,12 @@
 // Each push carries the job's live sequence number (#job-live data-seq). A push at or below
 // what the page holds is a duplicate and is dropped; one that skips a number means a push
 // was lost, so the page fetches everything newer than the ids it holds (the same partials)
-// instead. After a reconnect it does the same. The loss chart grows from pushed points.
+// instead. Each time the socket opens it does the same. The loss chart grows from pushed points.
 (function () {
   "use strict";
   var page = document.getElementById("job-page");
   if (!page) return;
   var lastSeq = parseInt(page.dataset.seq, 10) || 0;
-  var opened = false;
   var catchingUp = false;
   var missedWhileCatchingUp = 0;
   var SEQ = /id="job-live" data-seq="(\d+)"/;
@@ -52,10 +51,9 @@
     lastSeq = seq;
   });
 
-  page.addEventListener("htmx:wsOpen", function () {
-    if (opened) catchUp();  // a reconnect: whatever was pushed meanwhile is lost
-    opened = true;
-  });
+  // Whatever was pushed before the socket joined (between this page's render and the first
+  // open, or while a reconnect was under way) never arrives: ask for it on every open.
+  page.addEventListener("htmx:wsOpen", catchUp);
 
   // A catch-up response sets the marker to the sequence it is complete up to.
   document.addEventListener("htmx:oobAfterSwap", function (event) {

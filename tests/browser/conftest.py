@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import shutil
 from pathlib import Path
 
 import pytest
-from django.apps import apps as django_apps
+from django.db import DEFAULT_DB_ALIAS, connections
 from playwright.sync_api import sync_playwright
 
 from tests.factories import MembershipFactory, OrganizationFactory, ProjectFactory, UserFactory
@@ -24,14 +23,20 @@ SCREENSHOTS = ROOT / "var" / "screenshots"
 PASSWORD = "correct-horse-battery"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """One Chromium for the session. Playwright's event loop must not outlive the browser
-    tests, or the tests after them would see Django connections of another context: the
-    browser tests run last on their worker (tests/parallel.py `Order`), so nothing follows."""
+    """One Chromium per module. While Playwright's sync API runs its event loop in this
+    thread, Django hands this thread's code a connection of another context: one that lacks
+    the serialized seed rows of the test database, so a serialized-rollback test would
+    neither restore them nor flush without re-running post_migrate (and the next such test
+    on the worker would fail on duplicate content types). That connection gets them here;
+    the loop ends with the module."""
     if not Path(CHROMIUM).exists():
         pytest.fail("Chromium is not installed: `apt-get install chromium` (.ci/run does it).")
+    serialized = getattr(connections[DEFAULT_DB_ALIAS], "_test_serialized_contents", None)
     with sync_playwright() as playwright:
+        if serialized is not None:
+            connections[DEFAULT_DB_ALIAS]._test_serialized_contents = serialized
         instance = playwright.chromium.launch(
             executable_path=CHROMIUM,
             args=[
@@ -61,18 +66,9 @@ def screenshot():
     return take
 
 
-def _reseed_catalog() -> None:
-    """Re-run the catalog's seed migrations (idempotent). Once Playwright's event loop runs
-    in this thread, Django's connection for the test is a fresh one without the serialized
-    seed rows that serialized_rollback would restore, so the seed is applied again here."""
-    for name in ("0002_seed_accelerators", "0004_seed_local_offer"):
-        importlib.import_module(f"apps.catalog.migrations.{name}").seed(django_apps, None)
-
-
 @pytest.fixture
 def team(transactional_db):
     """An organization with compute, a project, and a member; plus an outsider elsewhere."""
-    _reseed_catalog()
     org = OrganizationFactory(slug="studio", name="Studio", compute_enabled=True)
     project = ProjectFactory(organization=org, name="Speech", slug="speech")
     member = MembershipFactory(organization=org, role="member", user=UserFactory()).user

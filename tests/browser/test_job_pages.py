@@ -4,6 +4,7 @@ Celery worker and beat (the stack) and real runner processes."""
 from __future__ import annotations
 
 import re
+import threading
 
 import pytest
 from playwright.sync_api import expect
@@ -11,6 +12,7 @@ from playwright.sync_api import expect
 from apps.jobs import services
 from apps.jobs.models import Job
 from tests.browser.facts import assert_live_page_matches_a_reload
+from tests.live import wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -74,6 +76,44 @@ def test_cancelling_a_running_job_shows_terminated_live(signed_in, team):
     expect(page.locator("#job-status")).to_contain_text("Cancelled by a user.")
     expect(page.get_by_role("button", name="Terminate")).to_be_hidden()
     assert Job.objects.get(pk=job.pk).state == "terminated"
+
+
+def test_what_changed_before_the_socket_first_opened_shows_without_a_reload(signed_in, team):
+    """A push sent between the page's render and its socket joining reaches nobody; the page
+    asks for what it missed when the socket opens, the first time as after a reconnect."""
+    job = services.job_create(
+        organization=team["org"],
+        payload={
+            "name": "early-end",
+            "project": team["project"].public_id,
+            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": {"image": "local", "command": ["sleep", "600"]},
+        },
+    ).job
+    wait_until(lambda: Job.objects.get(pk=job.pk).state == "running", 30, what="running")
+    page = signed_in(team["member"])
+    held = []  # the websocket extension's script, held back: no socket until it is let go
+    page.route("**/htmx-ext-ws-*.js", lambda route: held.append(route))
+    page.goto(f"/o/studio/jobs/{job.public_id}/", wait_until="commit")
+    while not held:
+        page.wait_for_timeout(20)
+    expect(page.locator('#job-status[data-state="running"]')).to_be_attached()
+
+    _off_the_browsers_thread(lambda: services.job_terminate(job=Job.objects.get(pk=job.pk)))
+    wait_until(lambda: Job.objects.get(pk=job.pk).state == "terminated", 30, what="the end")
+    held[0].continue_()
+
+    expect(page.locator("#live-indicator.on")).to_be_visible(timeout=10_000)
+    expect(page.locator('#job-status[data-state="terminated"]')).to_be_visible(timeout=10_000)
+    expect(page.get_by_role("button", name="Terminate")).to_be_hidden()
+
+
+def _off_the_browsers_thread(call) -> None:
+    """Run `call` in a thread of its own: Playwright's event loop runs in this one, and a
+    service's live push (async_to_sync) refuses to run beside it."""
+    thread = threading.Thread(target=call)
+    thread.start()
+    thread.join(timeout=30)
 
 
 def test_another_orgs_member_gets_404_and_a_refused_socket(signed_in, team, stack):

@@ -10,6 +10,7 @@ from django.core.files.storage import default_storage
 from django.test import Client
 
 from apps.finetunes import payloads
+from apps.hub import repos as hub_repos
 from apps.jobs import services
 from apps.jobs.execution import dispatch, supervision
 from apps.jobs.models import Artifact, Job, JobEvent
@@ -57,7 +58,7 @@ def test_the_api_starts_a_finetune_running_the_trainer(api_client_for, org, proj
         "save_steps": 10,
     }
     assert "python -m trainer --config-json" in payloads.SCRIPT
-    assert job.spec["container"]["image"] == payloads.IMAGE
+    assert job.spec["container"]["image"] == "localhost/trainyard-trainer:0.1.0"
     again = _post(api_client_for(org), project, {"name": "ft", **CONFIG, "max_steps": 40})
     assert again.status_code in {200, 201}
 
@@ -132,6 +133,53 @@ def test_a_hub_or_path_dataset_still_needs_its_format(api_client_for, org, proje
         "message": "This field is required.",
         "param": "dataset_format",
     }
+
+
+@pytest.mark.parametrize(
+    ("change", "param", "message"),
+    [
+        ({"model": "acme/nope"}, "model", "There is no model repository acme/nope"),
+        ({"model": "acme/tiny@v9"}, "model", "acme/tiny has no branch, tag or commit v9."),
+        ({"dataset": "acme/tiny"}, "dataset", "There is no dataset repository acme/tiny"),
+        ({"dataset": "acme/greetings@nope"}, "dataset", "acme/greetings has no branch, tag"),
+    ],
+)
+def test_a_model_or_dataset_missing_from_the_organization_s_hub_is_400(
+    api_client_for, org, project, change, param, message
+):
+    tiny = hub_repos.create_repo(org, "model", "tiny")
+    hub_repos.create_ref(tiny, "tag", "v1", hub_repos.resolve(tiny, "main"))
+    hub_repos.create_repo(org, "dataset", "greetings")
+    body = {"name": "ft", "dataset_format": "alpaca", **change}
+    body.setdefault("model", "acme/tiny@v1")
+    body.setdefault("dataset", "acme/greetings")
+
+    response = _post(api_client_for(org), project, body)
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request", param)
+    assert error["message"].startswith(message)
+    assert not Job.objects.exists()
+
+
+def test_hub_repositories_at_a_revision_are_taken(api_client_for, org, other_org, project):
+    tiny = hub_repos.create_repo(org, "model", "tiny")
+    hub_repos.create_ref(tiny, "tag", "v1", hub_repos.resolve(tiny, "main"))
+    hub_repos.create_repo(org, "dataset", "greetings")
+    hub_repos.create_repo(other_org, "dataset", "theirs")  # another namespace: not checked
+    body = {"name": "ft", "model": "acme/tiny@v1", "dataset": "acme/greetings@main"}
+
+    response = _post(api_client_for(org), project, {**body, "dataset_format": "alpaca"})
+    public = _post(
+        api_client_for(org),
+        project,
+        {**body, "dataset": "globex/theirs", "dataset_format": "alpaca"},
+        key="ft-2",
+    )
+
+    assert response.status_code == 201, response.json()
+    assert public.status_code == 201, public.json()
 
 
 def test_another_orgs_project_is_404(api_client_for, org, other_project):

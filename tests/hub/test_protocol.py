@@ -249,3 +249,25 @@ def test_an_unknown_key_and_an_unknown_path_are_refused_in_the_client_s_shape(cl
     assert bad.status_code == 401
     assert bad["X-Error-Message"] == "Invalid credentials in Authorization header"
     assert client.get("/hf/api/agent-harnesses").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("readme", "card"),
+    [
+        (b"---\nlibrary_name: peft\ntags:\n- lora\n---\n# Tiny\n", {"library_name": "peft"}),
+        (b"---\n: [unclosed\n---\n", None),  # metadata that does not parse is left out
+        (b"---\n- a list, not a mapping\n---\n", None),
+        (b"# no metadata\n", None),
+    ],
+)
+def test_repo_info_carries_the_readme_s_metadata_when_it_parses(hub, readme, card):
+    assert hub.commit(add("README.md", readme)).status_code == 200
+
+    info = hub.get(API)
+
+    assert info.status_code == 200
+    if card is None:
+        assert "cardData" not in info.json() and info.json()["tags"] == []
+    else:
+        assert info.json()["cardData"] == {**card, "tags": ["lora"]}
+        assert (info.json()["tags"], info.json()["library_name"]) == (["lora"], "peft")

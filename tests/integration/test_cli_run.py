@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from apps.accounts import services as account_services
+from apps.jobs.models import Artifact
 from tests.factories import ProjectFactory
 from tests.integration.conftest import TERMINAL
 from tests.live import BIN, base_env
@@ -315,7 +316,7 @@ def test_a_finetune_from_a_local_dataset_file(cli, compute_org, tiny_model, demo
     started = cli(
         "finetune", "--project", "lora", "--model", str(tiny_model),
         "--dataset-file", str(demo_data["alpaca"]), "--format", "alpaca",
-        "--max-steps", "2", "--learning-rate", "0.003", "--disk-gb", "1",
+        "--max-steps", "2", "--learning-rate", "0.003", "--disk-gb", "1", "--merge",
         timeout=120,
     )  # fmt: skip
 
@@ -327,6 +328,8 @@ def test_a_finetune_from_a_local_dataset_file(cli, compute_org, tiny_model, demo
     assert job["kind"] == "finetune" and job["state"] in TERMINAL
     losses = cli.json("metrics", job_id, "--name", "loss")["data"]
     assert [p["step"] for p in losses] == [1, 2]
+    # --merge: the merged weights are one of its artifacts.
+    assert Artifact.objects.filter(job__public_id=job_id, kind="merged").exists()
 
 
 def test_models_push_then_pull_a_folder_through_the_hub(cli, compute_org, tmp_path):

@@ -284,3 +284,48 @@ def test_a_container_job_reads_the_hub_through_a_door_on_its_own_loopback(
         "other=404",
         "runner_api=403",
     ]
+
+
+# Run in a container: whether the hub's file was in the cache before this job fetched it.
+FETCH_TWICE = """
+import os
+from huggingface_hub import hf_hub_download, try_to_load_from_cache
+print("cache=" + os.environ["HF_HUB_CACHE"])
+before = try_to_load_from_cache(os.environ["REPO"], "hello.txt")
+print("before=" + ("cached" if isinstance(before, str) else "none"))
+print("content=" + open(hf_hub_download(os.environ["REPO"], "hello.txt")).read())
+repos = [name for name in os.listdir(os.environ["HF_HUB_CACHE"]) if name.startswith("models--")]
+print("repos=" + ",".join(sorted(repos)))
+"""
+
+
+def test_a_second_job_of_an_organization_finds_the_hub_download_in_its_cache(
+    api, compute_org, live_stack, podman, trainer_image
+):
+    """The local provider keeps a Hugging Face cache per organization: a later attempt (of
+    this job or another) does not download again; another organization's workloads never
+    see it."""
+    from tests.integration.test_hub_run import hub_repo_with_a_file
+
+    own = hub_repo_with_a_file(live_stack, compute_org, "greeting", "cached once")
+
+    def run(client, org_repo: str) -> list[str]:
+        job = client.submit(
+            image=trainer_image, command=["python3", "-c", FETCH_TWICE], env={"REPO": org_repo}
+        )
+        done = client.wait_state(job["id"], TERMINAL, timeout=90)
+        lines = _user_lines(job["id"])
+        assert done["state"] == "succeeded", lines
+        return lines
+
+    first, second = run(api, own), run(api, own)
+    assert first[:3] == ["cache=/var/cache/trainyard-hub", "before=none", "content=cached once"]
+    assert second[:3] == ["cache=/var/cache/trainyard-hub", "before=cached", "content=cached once"]
+    assert second[3] == "repos=models--" + own.replace("/", "--")
+
+    other_org = OrganizationFactory(compute_enabled=True)
+    _, key = account_services.api_key_create(organization=other_org, name="other")
+    theirs = hub_repo_with_a_file(live_stack, other_org, "greeting", "theirs")
+    elsewhere = run(ComputeApi(live_stack.url, key), theirs)
+    assert elsewhere[1] == "before=none"
+    assert elsewhere[3] == "repos=models--" + theirs.replace("/", "--")  # not ours

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 import requests
+from huggingface_hub import HfApi
 
 from apps.accounts import services as account_services
 from apps.jobs.execution.tokens import hub_token_for
 from apps.jobs.models import Attempt, LogLine
 from tests.factories import OrganizationFactory, ProjectFactory
 from tests.integration.conftest import TERMINAL
+from tests.integration.stack import wait_for
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -46,10 +49,14 @@ def hub_repo_with_a_file(stack, org, name: str, text: str) -> str:
     return hub_repo_with_files(stack, org, name, {"hello.txt": text.encode()})
 
 
-def hub_repo_with_files(stack, org, name: str, files: dict[str, bytes]) -> str:
+def hub_repo_with_files(
+    stack, org, name: str, files: dict[str, bytes], *, kind: str = "model"
+) -> str:
     _, key = account_services.api_key_create(organization=org, name=f"hub-{name}")
     auth = {"Authorization": f"Bearer {key}"}
-    made = requests.post(f"{stack.url}/hf/api/repos/create", json={"name": name}, headers=auth)
+    made = requests.post(
+        f"{stack.url}/hf/api/repos/create", json={"name": name, "type": kind}, headers=auth
+    )
     assert made.status_code == 200, made.text
     lines = [{"key": "header", "value": {"summary": "hello"}}]
     for path, data in files.items():
@@ -58,7 +65,7 @@ def hub_repo_with_files(stack, org, name: str, files: dict[str, bytes]) -> str:
     body = "\n".join(json.dumps(item) for item in lines)
     repo_id = f"{org.slug}/{name}"
     committed = requests.post(
-        f"{stack.url}/hf/api/models/{repo_id}/commit/main",
+        f"{stack.url}/hf/api/{kind}s/{repo_id}/commit/main",
         data=body,
         headers={**auth, "Content-Type": "application/x-ndjson"},
     )
@@ -116,28 +123,109 @@ def test_the_job_s_own_hf_token_wins_and_hf_endpoint_is_the_platform_s(api):
     assert refused.json()["error"]["param"] == "container.env.HF_ENDPOINT"
 
 
-def test_a_finetune_names_a_model_in_the_organization_s_hub(
-    api, compute_org, live_stack, tiny_model, demo_data
-):
+def hub_model_and_data(stack, org, tiny_model, demo_data) -> tuple[str, str]:
+    """The tiny model as `<org>/tiny` and the Alpaca demo rows as `<org>/greetings`
+    (data/train.jsonl), pushed to the stack's hub, each tagged `v1`."""
     files = {path.name: path.read_bytes() for path in tiny_model.iterdir() if path.is_file()}
-    model = hub_repo_with_files(live_stack, compute_org, "tiny", files)
-    project = ProjectFactory(organization=compute_org)
+    model = hub_repo_with_files(stack, org, "tiny", files)
+    rows = demo_data["alpaca"].read_bytes()
+    data = hub_repo_with_files(stack, org, "greetings", {"data/train.jsonl": rows}, kind="dataset")
+    hub = HfApi(endpoint=f"{stack.url}/hf", token=_key(org))
+    hub.create_tag(model, tag="v1")
+    hub.create_tag(data, tag="v1", repo_type="dataset")
+    return model, data
 
+
+def finetune_from_the_hub(
+    api, org, model: str, data: str, *, name: str = "hub-tune", **extra
+) -> dict:
+    """Submit a four-step fine-tune of `model` on `data` (checkpoints at 2 and 4; `extra`
+    fields besides) and wait for it to succeed; the job."""
+    project = ProjectFactory(organization=org)
     response = api.session.post(
         f"{api.base}/api/v1/projects/{project.public_id}/finetunes",
         json={
-            "name": "from-the-hub",
+            "name": name,
             "model": model,
-            "dataset": str(demo_data["alpaca"]),
+            "dataset": data,
             "dataset_format": "alpaca",
             "max_steps": 4,
-            "save_steps": 4,
+            "save_steps": 2,
+            **extra,
         },
-        headers={"Idempotency-Key": "from-the-hub"},
+        headers={"Idempotency-Key": f"finetune-{name}"},
         timeout=10,
     )
     assert response.status_code == 201, response.text
     done = api.wait_state(response.json()["id"], TERMINAL, timeout=300)
     logs = [line["message"] for line in api.logs(done["id"])]
     assert done["state"] == "succeeded", "\n".join(logs[-30:])
-    assert f"trainer: model {model} comes from this organization's hub" in logs
+    return done
+
+
+def test_a_finetune_of_hub_repos_at_revisions_is_published_back_to_the_hub(
+    api, compute_org, live_stack, tiny_model, demo_data, tmp_path
+):
+    """Model and data from the organization's hub, each at a revision; the adapter comes back
+    as a model repository the stock client reads, each checkpoint a tag."""
+    model, data = hub_model_and_data(live_stack, compute_org, tiny_model, demo_data)
+    hub = HfApi(endpoint=f"{live_stack.url}/hf", token=_key(compute_org))
+
+    done = finetune_from_the_hub(
+        api, compute_org, f"{model}@v1", f"{data}@v1", name="greeter from the hub", merge=True
+    )
+
+    logs = [line["message"] for line in api.logs(done["id"])]
+    assert f"trainer: model {model}@v1 comes from this organization's hub" in logs
+    repo_id = published_repo(api, done["id"])
+    assert repo_id == f"{compute_org.slug}/greeter-from-the-hub"
+    refs = hub.list_repo_refs(repo_id)
+    assert sorted(tag.name for tag in refs.tags) == ["final", "step-2", "step-4"]
+    folder = Path(hub.snapshot_download(repo_id, revision="final", cache_dir=str(tmp_path)))
+    assert (folder / "adapter_model.safetensors").stat().st_size > 0
+    card = (folder / "README.md").read_text()
+    assert f"base_model: {compute_org.slug}/tiny" in card
+    assert f"- {data}" in card
+    assert "| Held-out loss |" in card and "not measured" not in card
+    info = hub.model_info(repo_id)
+    assert info.card_data["library_name"] == "peft"
+    # Asked to merge: the base with the adapter merged in, loadable as a plain model.
+    assert 'subfolder="merged"' in card
+    from transformers import AutoModelForCausalLM
+
+    merged = AutoModelForCausalLM.from_pretrained(folder / "merged")
+    assert merged.config.model_type == "llama"
+    assert not hasattr(merged, "peft_config")
+
+
+def published_repo(api, job_id: str) -> str:
+    """The repository the job's adapter was published as, once it is."""
+    published = wait_for(
+        lambda: next((e for e in api.events(job_id) if e["type"] == "published_to_hub"), None),
+        timeout=60,
+        what="the adapter published to the hub",
+    )
+    return published["data"]["repo_id"]
+
+
+def _key(org) -> str:
+    return account_services.api_key_create(organization=org, name="hub-reader")[1]
+
+
+def test_the_host_runtime_gives_the_organization_s_cache_unless_the_job_names_its_own(
+    api, compute_org
+):
+    show = [
+        "sh",
+        "-c",
+        'echo "cache=${HF_HUB_CACHE:-none}"; test -w "${HF_HUB_CACHE:-/}"; echo w=$?',
+    ]
+    plain = api.submit(command=show)
+    own = api.submit(command=show, env={"HF_HOME": "hf-home"})
+    for job in (plain, own):
+        assert api.wait_state(job["id"], TERMINAL, timeout=60)["state"] == "succeeded"
+
+    cache = _user_lines(plain["id"])[0].removeprefix("cache=")
+    assert cache.endswith(f"/.hub-cache/org-{compute_org.pk}")
+    assert _user_lines(plain["id"])[1] == "w=0"  # the workload's user may write there
+    assert _user_lines(own["id"])[0] == "cache=none"  # HF_HOME named: the job's own cache

@@ -19,7 +19,9 @@ import pytest
 import redis
 import requests
 
-from tests.live import ROOT, base_env, free_port, manage, wait_until
+from apps.providers import images
+from apps.providers.backends.local import container_runtime
+from tests.live import ROOT, base_env, free_port, manage, wait_until, with_demo_model
 
 pytestmark = pytest.mark.live
 
@@ -139,10 +141,11 @@ class Listener:
         self.sock.close()
 
 
-def test_on_another_port_the_runner_reports_to_that_port_and_never_to_8000(tmp_path):
+def test_on_another_port_the_runner_reports_to_that_port_and_never_to_8000(tmp_path, tiny_model):
     """With REDIS_URL unset, on make run's own Redis: a password on a socket of its own."""
     port = free_port()
     env = _env(tmp_path, port, redis_url=None)
+    with_demo_model(tmp_path / "var", tiny_model)  # the newcomer's test builds it
     listener = Listener()  # fails the test when 8000 is taken: then the check proves nothing
     try:
         with make_run(tmp_path, port, env=env) as proc:
@@ -169,17 +172,19 @@ def test_on_another_port_the_runner_reports_to_that_port_and_never_to_8000(tmp_p
     assert listener.connections == 0
 
 
-def test_a_newcomers_make_run_finds_the_flags_podman_needs_and_runs_container_jobs(
-    tmp_path, podman_image
-):
+def test_a_newcomers_make_run_finds_the_flags_podman_needs_and_runs_container_jobs(tmp_path):
     """A clean environment on this machine: LOCAL_RUNTIME auto (podman), no container flags;
-    without them every container fails `error setting rlimit type 7`."""
+    without them every container fails `error setting rlimit type 7`. With them, make run
+    has the image fine-tunes run in before it serves (built here when missing or stale:
+    minutes the first time on a machine, so the wait allows for it)."""
     port = free_port()
     env = _env(tmp_path, port, redis_url=None)
     for name in ("LOCAL_RUNTIME", "CONTAINER_GLOBAL_ARGS", "CONTAINER_RUN_ARGS"):
         env.pop(name, None)
     with make_run(tmp_path, port, env=env) as proc:
-        wait_until(lambda: _healthy(port) or proc.poll() is not None, timeout=240, what="make run")
+        wait_until(lambda: _healthy(port) or proc.poll() is not None, timeout=1200, what="make run")
+        podman = container_runtime("podman")  # with this machine's flags (test settings)
+        assert images.image_is_current(podman, images.trainer_image()), proc.log.read_text()
         assert proc.poll() is None, proc.log.read_text()
         log = proc.log.read_text()
         assert "podman could not start a container with the flags it was given" in log
@@ -189,9 +194,10 @@ def test_a_newcomers_make_run_finds_the_flags_podman_needs_and_runs_container_jo
             'CONTAINER_RUN_ARGS="--ulimit nofile=1024:4096 --ulimit nproc=1000:1000", '
             "so this stack uses them"
         ) in log
-        # The worker got them: a job in a container runs to its end.
-        job = ["python3", "-c", "print('in a container')"]
-        assert _submit(port, env, "in-a-container", podman_image, job) == "succeeded"
+        # The worker got them: a job in a container (of the image make run built) runs to
+        # its end.
+        job = ["python3", "-c", "import trainer; print('in a container')"]
+        assert _submit(port, env, "in-a-container", images.trainer_image(), job) == "succeeded"
 
 
 def test_make_run_stops_before_serving_when_no_flags_make_the_runtime_work(tmp_path):
@@ -222,9 +228,10 @@ def test_make_run_stops_before_serving_when_no_flags_make_the_runtime_work(tmp_p
     assert not _stack_pids(tmp_path / "var")
 
 
-def test_a_hard_kill_takes_the_stack_down_and_a_taken_port_is_named(tmp_path):
+def test_a_hard_kill_takes_the_stack_down_and_a_taken_port_is_named(tmp_path, tiny_model):
     port = free_port()
     var_dir = tmp_path / "var"
+    with_demo_model(var_dir, tiny_model)
     with make_run(tmp_path, port, "first") as first:
         wait_until(lambda: _healthy(port) or first.poll() is not None, timeout=240, what="make run")
         assert first.poll() is None, first.log.read_text()

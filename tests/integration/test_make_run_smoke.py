@@ -12,7 +12,7 @@ import psycopg
 import pytest
 import requests
 
-from tests.live import base_env, free_port, manage, process_group, wait_until
+from tests.live import base_env, free_port, manage, process_group, wait_until, with_demo_model
 
 pytestmark = pytest.mark.live
 
@@ -38,8 +38,9 @@ def _answers(url: str) -> bool:
         return False
 
 
-def test_sign_in_and_see_the_project_list_on_the_real_server(tmp_path, database_url):
+def test_sign_in_and_see_the_project_list_on_the_real_server(tmp_path, database_url, tiny_model):
     port = free_port()
+    with_demo_model(tmp_path / "var", tiny_model)  # built by make run's own test
     env = base_env(
         DEBUG="1",
         TRAINYARD_VAR_DIR=str(tmp_path / "var"),

@@ -65,14 +65,24 @@ def submit(api, solo: str, *, priority: str, code: str, name: str = "job") -> st
 
 
 def submit_finetune(
-    api, project, solo, tiny_model, demo_data, *, priority: str, max_steps: int = MAX_STEPS
+    api,
+    project,
+    solo,
+    tiny_model,
+    demo_data,
+    *,
+    priority: str,
+    max_steps: int = MAX_STEPS,
+    from_hub: tuple[str, str] | None = None,
 ) -> str:
+    """`from_hub`: (model, dataset) hub ids instead of the tiny model's and data's paths."""
+    model, dataset = from_hub or (str(tiny_model), str(demo_data["alpaca"]))
     response = api.session.post(
         f"{api.base}/api/v1/projects/{project.public_id}/finetunes",
         json={
             "name": "tiny-lora",
-            "model": str(tiny_model),
-            "dataset": str(demo_data["alpaca"]),
+            "model": model,
+            "dataset": dataset,
             "dataset_format": "alpaca",
             "max_steps": max_steps,
             "save_steps": SAVE_STEPS,

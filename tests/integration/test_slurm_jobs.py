@@ -18,6 +18,7 @@ from tests.factories import ProjectFactory
 from tests.integration.conftest import TERMINAL
 from tests.integration.held_trainer import hold_at_checkpoint, release_when_signalled
 from tests.integration.stack import wait_for
+from tests.integration.test_hub_run import hub_model_and_data, published_repo
 from tests.integration.test_preemption_run import (
     assert_reclaimed_then_resumed_to_the_end,
     submit_finetune,
@@ -101,16 +102,41 @@ def test_a_job_queued_behind_a_full_partition_is_provisioning_with_slurms_reason
     ]
 
 
+def _story(api, job_id: str, slurm_cluster, *slurm_ids: str) -> str:
+    """What the job went through and what Slurm says of its batch jobs: for a failure."""
+    lines = [
+        f"{e['created_at']} {e['type']} {e['message']} {e['data']}" for e in api.events(job_id)
+    ]
+    attempts = Attempt.objects.filter(job__public_id=job_id).order_by("number")
+    for attempt in attempts:
+        slurm_id = (attempt.handle or {}).get("job_id")
+        lines.append(f"attempt {attempt.number}: slurm {slurm_id} {attempt.end_reason!r}")
+        slurm_ids = (*slurm_ids, str(slurm_id)) if slurm_id else slurm_ids
+    for slurm_id in slurm_ids:
+        lines.append(slurm_cluster.run("scontrol", "show", "job", slurm_id, check=False).stdout)
+    return "\n".join(lines)
+
+
 def test_a_preemptible_finetune_preempted_by_a_high_partition_job_resumes_from_its_checkpoint(
-    slurm_provider, slurm_cluster, api, compute_org, tiny_model, demo_data
+    slurm_provider, slurm_cluster, api, compute_org, live_stack, tiny_model, demo_data
 ):
+    """Model and data from the organization's hub (no host path anywhere): the node's
+    trainer fetches them with each attempt's token, and the adapter goes back to the hub."""
     # The trainer runs on the node from this checkout, with this virtualenv's interpreter.
     provider = Provider.objects.get(pk=slurm_provider.pk)
     provider.config = {**provider.config, "python": sys.executable, "pythonpath": str(ROOT)}
     provider.save()
     project = ProjectFactory(organization=compute_org)
+    from_hub = hub_model_and_data(live_stack, compute_org, tiny_model, demo_data)
     finetune = submit_finetune(
-        api, project, "cpu", tiny_model, demo_data, priority="preemptible", max_steps=STEPS
+        api,
+        project,
+        "cpu",
+        tiny_model,
+        demo_data,
+        priority="preemptible",
+        max_steps=STEPS,
+        from_hub=from_hub,
     )
     held = hold_at_checkpoint(finetune, 4)
 
@@ -118,19 +144,23 @@ def test_a_preemptible_finetune_preempted_by_a_high_partition_job_resumes_from_i
     # next scheduling pass: SIGTERM, then SIGKILL after the partition's grace time).
     high = slurm_cluster.sbatch("--partition=high", "--cpus-per-task=2", "--wrap", "sleep 15")
     release_when_signalled(held)
-    wait_for(
-        lambda: any(
-            e["type"] == "state_changed" and e["data"].get("to") == "preempted"
-            for e in api.events(finetune)
-        ),
-        timeout=60,
-        what="the attempt to be reclaimed",
-    )
+    try:
+        wait_for(
+            lambda: any(
+                e["type"] == "state_changed" and e["data"].get("to") == "preempted"
+                for e in api.events(finetune)
+            ),
+            timeout=120,  # Slurm's next scheduling pass, then the runner's stop, on a busy host
+            what="the attempt to be reclaimed",
+        )
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n{_story(api, finetune, slurm_cluster, high)}") from exc
     # The next attempt waits in Slurm's queue behind the high job, then resumes.
     assert wait_for(lambda: _queue_reason(api, finetune), 60, what="attempt 2 queued")
     assert slurm_cluster.job_state(high) == "RUNNING"
 
     assert_reclaimed_then_resumed_to_the_end(api, finetune, STEPS)  # steps never go back
+    assert published_repo(api, finetune) == f"{compute_org.slug}/tiny-lora"
 
 
 def test_an_attempt_queued_past_the_queue_timeout_is_given_up_and_the_job_placed_again(

@@ -7,11 +7,18 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 
 import pytest
 
 from apps.jobs.models import Attempt
 from tests.integration.conftest import TERMINAL
+from tests.integration.test_hub_run import (
+    finetune_from_the_hub,
+    hub_model_and_data,
+    published_repo,
+)
+from tests.live import ROOT
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -46,3 +53,22 @@ def test_a_runner_killed_on_the_far_host_is_lost_and_the_job_placed_again(ssh_pr
     assert [line["message"] for line in api.logs(job["id"], source="user")] == ["attempt 2"]
     second = Attempt.objects.get(job__public_id=job["id"], number=2)
     assert second.provider_id == ssh_provider.pk
+
+
+def test_a_finetune_of_a_model_and_data_from_the_hub_succeeds_on_the_ssh_provider(
+    ssh_provider, api, compute_org, live_stack, tiny_model, demo_data
+):
+    """No host path anywhere: the far host's trainer fetches both from the control plane's
+    hub with its attempt's token, and the adapter comes back to the hub."""
+    # The trainer runs on the far host from this checkout, with this virtualenv's interpreter.
+    ssh_provider.config = {**ssh_provider.config, "python": sys.executable, "pythonpath": str(ROOT)}
+    ssh_provider.save()
+    model, data = hub_model_and_data(live_stack, compute_org, tiny_model, demo_data)
+
+    done = finetune_from_the_hub(api, compute_org, model, data)
+
+    attempt = Attempt.objects.get(job__public_id=done["id"])
+    assert attempt.provider_id == ssh_provider.pk
+    logs = [line["message"] for line in api.logs(done["id"])]
+    assert f"trainer: model {model} comes from this organization's hub" in logs
+    assert published_repo(api, done["id"]) == f"{compute_org.slug}/hub-tune"

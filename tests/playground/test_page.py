@@ -335,7 +335,7 @@ BAD_BODIES = [
     (
         {"messages": HELLO, "panes": [{"target": "gpt-4"}]},
         "panes[0].target",
-        'target is "base", "art_…" or "ep_…".',
+        'target is "base", "art_…", "hub:<org>/<name>[@rev]" or "ep_…".',
     ),
     (
         {"messages": HELLO, "panes": [{"target": "base", "colour": "red"}]},

@@ -15,6 +15,8 @@ import pytest
 from django.test import Client
 from django.utils.crypto import get_random_string
 
+from apps.hub import blobs as hub_blobs
+from apps.hub import repos as hub_repos
 from apps.jobs.models import Job
 from apps.playground import services
 from apps.playground.models import PlaygroundServer
@@ -102,7 +104,22 @@ def _loaded(org) -> set[str]:
     return engine_client.loaded_models(_engine(org))
 
 
-def test_one_run_streams_every_pane_multiplexed(browser_session, lab, tiny_model):
+def _push_adapter(org, adapter_dir, name="support-lora"):
+    """An adapter pushed to the organization's hub (tagged v1), as the stock client would."""
+    repo = hub_repos.create_repo(org, "model", name)
+    files = {
+        path.name: hub_blobs.store_bytes(org, path.read_bytes())
+        for path in adapter_dir.iterdir()
+        if path.is_file()
+    }
+    commit = hub_repos.commit(
+        repo, branch="main", changes=hub_repos.Changes(files), summary="adapter"
+    )
+    hub_repos.create_ref(repo, "tag", "v1", commit)
+    return commit
+
+
+def test_one_run_streams_every_pane_multiplexed(browser_session, lab, tiny_model, tiny_adapters):
     tuned = lab["tuned"]
     panes = [
         {"target": "base"},
@@ -137,6 +154,18 @@ def test_one_run_streams_every_pane_multiplexed(browser_session, lab, tiny_model
     engine = _engine(lab["org"])
     stats = httpx.get(f"{engine.url}/trainyard/stats", headers=engine.headers).json()
     assert stats["max_batch_seen"] >= 2, stats
+
+    # An adapter in the organization's hub is a pane's target as well.
+    commit = _push_adapter(lab["org"], tiny_adapters["b"])
+    assert "Hub · lab/support-lora@main" in browser_session.get("").text  # listed
+    hub_events = _run(browser_session, [{"target": "hub:lab/support-lora@v1"}])
+    assert "usage" in hub_events[-2], hub_events[-2]
+    assert _texts(hub_events, 1)[0]
+    assert f"pg-h{commit.pk}" in _loaded(lab["org"])
+    refused = browser_session.post(
+        "run", json={"messages": PROMPT, "panes": [{"target": "hub:other/support-lora"}]}
+    )
+    assert refused.status_code == 404
 
 
 def test_adapters_load_on_demand_and_the_least_recently_used_go_first(

@@ -131,8 +131,14 @@ def test_the_contract_values():
     )
     assert exits == (0, 1, 2, 3, 66, 69, 75, 126, 127, 143)
     lines = (protocol.LINE_METRICS, protocol.LINE_CHECKPOINT, protocol.LINE_GRADING)
-    assert (*lines, protocol.LINE_ADAPTER) == ("metrics", "checkpoint", "grading", "adapter")
-    assert frozenset({"checkpoint", "adapter"}) == protocol.ARTIFACT_LINE_TYPES
+    assert (*lines, protocol.LINE_ADAPTER, protocol.LINE_MERGED) == (
+        "metrics",
+        "checkpoint",
+        "grading",
+        "adapter",
+        "merged",
+    )
+    assert frozenset({"checkpoint", "adapter", "merged"}) == protocol.ARTIFACT_LINE_TYPES
     assert protocol.SHA256_HEADER == "X-Trainyard-SHA256"
     assert protocol.ENV_RESUME_FROM == "TRAINYARD_RESUME_FROM"
     assert protocol.ENV_CHECKPOINT_DIR == "TRAINYARD_CHECKPOINT_DIR"

@@ -25,6 +25,7 @@ from runner import procfs
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
 from tests.providers.helpers import CountingTransport, launch_args
+from tests.providers.slurm_cluster import LIVE_STATES
 from tests.providers.sshd import keygen
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -172,27 +173,32 @@ def test_an_attempt_outlives_a_controller_restart_and_then_polls_its_exit(
 def test_a_job_gone_from_squeue_is_resolved_through_its_exit_record(
     slurm_provider, slurm_cluster, live_server
 ):
+    """Slurm forgets an ended job MinJobAge after it ended (60 s here, 300 by default); its
+    number is then unknown to squeue, as a number Slurm never handed out is: the same
+    answer, so this asks with such a number and does not wait a minute."""
     backend, request, bootstrap = _launch(live_server, ["bash", "-c", "echo hello; exit 4"])
     handle = backend.launch(request, bootstrap)
     try:
         wait_until(
-            lambda: slurm_cluster.job_state(handle["job_id"]) is None,
+            lambda: slurm_cluster.job_state(handle["job_id"]) not in LIVE_STATES,
             90,
-            what="the job to leave squeue (MinJobAge)",
+            what="the job to end",
         )
-        result = backend.poll(handle)
+        forgotten = {**handle, "job_id": "999998"}
+        assert slurm_cluster.job_state(forgotten["job_id"]) is None
+        result = backend.poll(forgotten)
         assert (result.state, result.exit_code) == ("exited", 4)
-        # Asked together with a job id Slurm never had: one squeue, each its own answer.
+        # Asked together with another job Slurm does not know: one squeue, each its own answer.
         counted = CountingTransport(LocalTransport())
         batch = SlurmBackend(backend.config, transport=counted)
         unknown = {**handle, "job_id": "999999", "workdir": str(Path(handle["workdir"]) / "x")}
-        outcomes = batch.poll_many([handle, unknown])
+        outcomes = batch.poll_many([forgotten, unknown])
         assert [(o.state, o.exit_code) for o in outcomes] == [("exited", 4), ("lost", None)]
         ops = [argv[argv.index("slurmctl") + 1] for argv in counted.commands if "slurmctl" in argv]
         assert ops == ["poll-many"]
         # Without the exit record nothing says what became of it.
         (Path(handle["workdir"]) / "exit.json").unlink()
-        assert backend.poll(handle).state == "lost"
+        assert backend.poll(forgotten).state == "lost"
     finally:
         backend.release(handle)
 

@@ -18,6 +18,7 @@ from apps.jobs.models import Attempt, Job
 from apps.serving.kind import engine_secret
 from apps.serving.models import Endpoint, EndpointRequest
 from tests.integration.stack import wait_for
+from tests.integration.test_hub_run import hub_repo_with_files
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -67,7 +68,7 @@ def _sse(response: httpx.Response) -> list[str]:
 
 
 def test_the_openai_sdk_talks_to_an_endpoint_and_usage_is_counted_per_key(
-    api, serving_project, tuned, tiny_model, live_stack, api_key
+    api, serving_project, tuned, tiny_model, tiny_adapters, live_stack, api_key, compute_org
 ):
     created = _create(api, serving_project, tiny_model, {"job": tuned["a"].job.public_id})
     endpoint_id = created["id"]
@@ -181,6 +182,23 @@ def test_the_openai_sdk_talks_to_an_endpoint_and_usage_is_counted_per_key(
     assert mine["completion_tokens"] > 0 and mine["errors"] == 0
     assert mine["latency_p50_ms"] is not None
     assert recorded.filter(cancelled=True).count() == 1
+
+    # The target may be an adapter in the organization's hub: pushed there, served as r2.
+    files = {p.name: p.read_bytes() for p in tiny_adapters["b"].iterdir() if p.is_file()}
+    hub_repo_with_files(live_stack, compute_org, "support-lora", files)
+    swapped = api.session.put(
+        f"{api.base}/api/v1/endpoints/{endpoint_id}/target",
+        json={"target": {"hub": f"{compute_org.slug}/support-lora"}},
+        timeout=10,
+    )
+    assert swapped.status_code == 202, swapped.text
+    served = _wait_current(api, endpoint_id, "r2")
+    assert served["current_revision"]["hub"]["revision"] == f"{compute_org.slug}/support-lora@main"
+    raw = client.chat.completions.with_raw_response.create(
+        model="support-bot", messages=PROMPT, max_tokens=8, temperature=0
+    )
+    assert raw.headers["X-Trainyard-Revision"] == "r2"
+    assert raw.parse().choices[0].message.content
 
     # Its minutes are a service's in the usage report.
     stopped = api.session.post(f"{api.base}/api/v1/endpoints/{endpoint_id}/stop").json()

@@ -1,5 +1,5 @@
-"""The tiny model and the toy datasets, made once per session, and a way to run
-`python -m trainer` as a real process and read what it printed."""
+"""A way to run `python -m trainer` as a real process (or one forked from a zygote that did
+the imports) and read what it printed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from apps.jobs.telemetry.metrics import ParsedMetric, parse_metric_line
+from tests.trainer.zygote import ForkedTrainer, Zygote
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 300
@@ -52,7 +55,7 @@ class Running:
     """A trainer process whose stdout is read as it is written, by a thread, so a test can act
     on a line (send a signal) and several runs can go on at once without filling a pipe."""
 
-    process: subprocess.Popen
+    process: subprocess.Popen | ForkedTrainer
     checkpoint_dir: Path
     on_line: Callable[[Running, str], None] | None = None
     lines: list[str] = field(default_factory=list)
@@ -86,28 +89,39 @@ class Running:
         return Finished(returncode, self.lines, self.stderr, self.checkpoint_dir)
 
 
+# What the trainer's imports read: the same for every run (a zygote's children share them).
+IMPORT_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    # Several runs share the two cores; one thread each keeps them from fighting.
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
 def start_trainer(
     config: dict,
     checkpoint_dir: Path,
     *,
     resume_from: Path | None = None,
     on_line: Callable[[Running, str], None] | None = None,
+    zygote: Zygote | None = None,
 ) -> Running:
     """`python -m trainer --config-json ...` as the runner starts it: TRAINYARD_CHECKPOINT_DIR
-    an existing absolute directory, TRAINYARD_RESUME_FROM empty or a checkpoint."""
+    an existing absolute directory, TRAINYARD_RESUME_FROM empty or a checkpoint. With
+    `zygote`, forked from it with the imports done (tests/trainer/zygote.py)."""
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "TRAINYARD_CHECKPOINT_DIR": str(checkpoint_dir),
         "TRAINYARD_RESUME_FROM": str(resume_from) if resume_from else "",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        # Several runs share the two cores; one thread each keeps them from fighting.
-        "OMP_NUM_THREADS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
+        **IMPORT_ENV,
     }
+    args = ["trainer", "--config-json", json.dumps(config)]
+    if zygote is not None:
+        return Running(zygote.spawn(args[1:], env, REPO), checkpoint_dir, on_line)
     process = subprocess.Popen(
-        [sys.executable, "-m", "trainer", "--config-json", json.dumps(config)],
+        [sys.executable, "-m", *args],
         cwd=REPO,
         env=env,
         stdout=subprocess.PIPE,
@@ -115,6 +129,14 @@ def start_trainer(
         text=True,
     )
     return Running(process, checkpoint_dir, on_line)
+
+
+@pytest.fixture(scope="module")
+def trainer_zygote(tmp_path_factory):
+    """One zygote for a module's trainer runs: the imports once instead of once per run."""
+    zygote = Zygote(tmp_path_factory.mktemp("zygote"), {**os.environ, **IMPORT_ENV})
+    yield zygote
+    zygote.stop()
 
 
 def run_trainer(config: dict, checkpoint_dir: Path, **kwargs) -> Finished:

@@ -107,3 +107,10 @@ def test_it_reads_a_config_file(tmp_path):
     assert load_config(path=str(tmp_path / "config.json")).max_steps == 40
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(path=str(tmp_path / "missing.json"))
+
+
+def test_merging_is_asked_for_with_a_boolean():
+    assert TrainConfig.from_dict(FORM).merge is False
+    assert TrainConfig.from_dict({**FORM, "merge": True}).merge is True
+    with pytest.raises(ConfigError, match="'merge' must be true or false"):
+        TrainConfig.from_dict({**FORM, "merge": "yes"})

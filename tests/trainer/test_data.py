@@ -3,9 +3,10 @@ held-out split, grading and finding the checkpoint to resume from."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import math
-import sys
+import threading
 
 import pytest
 
@@ -141,11 +142,32 @@ def test_it_reads_only_max_samples_rows(tmp_path):
         read_samples(str(tmp_path / "rows.jsonl"), "text")
 
 
-def test_a_hub_dataset_needs_the_datasets_package(monkeypatch):
-    monkeypatch.setitem(sys.modules, "datasets", None)  # as if not installed
+def test_a_hub_dataset_that_is_not_there_is_a_data_error_naming_it(monkeypatch):
+    """The organization's own hub answers 404 (as Trainyard's does for a repository the
+    attempt's token cannot read)."""
 
-    with pytest.raises(DataError, match="needs the `datasets` package"):
-        read_samples("tatsu-lab/alpaca", "alpaca")
+    class NotThere(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b'{"error": "Repository not found"}'
+            self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("X-Error-Code", "RepoNotFound")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotThere)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}/hf")
+    monkeypatch.setenv("TRAINYARD_HUB_NAMESPACE", "acme")
+    try:
+        with pytest.raises(DataError, match=r"cannot load dataset acme/rows at v2 from the hub"):
+            read_samples("acme/rows@v2", "alpaca")
+    finally:
+        server.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,17 @@
 """`python -m trainer` end to end, as real processes training the tiny random Llama on the toy
 datasets: formats, metrics, checkpoints, resume, signals, grading and the adapter.
 
-Each run spends most of its time importing torch, so the runs that do not depend on one another
-start together (`runs`), and the two that resume from their checkpoints follow (`resumed`);
-on two cores this halves the module's time. Runs use one thread each and are deterministic:
-the same config gives the same losses to the last bit, which the resume tests rely on.
+A run alone spends most of its time importing torch, so the runs are forked from one process
+that did the imports (tests/trainer/zygote.py; the run signalled before its imports is a
+process of its own), those that do not depend on one another start together (`runs`), and
+those that resume from their checkpoints follow (`resumed`). Runs use one thread each and are
+deterministic: the same config gives the same losses to the last bit, which the resume tests
+rely on.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import signal
@@ -62,41 +65,40 @@ def write_contradicting_dataset(path, *, rows: int = 40, eval_fraction: float = 
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_model, demo_data, tmp_path_factory) -> dict[str, Finished]:
+def runs(tiny_model, demo_data, tmp_path_factory, trainer_zygote) -> dict[str, Finished]:
     def out(name: str):
         return tmp_path_factory.mktemp(name)
+
+    start = functools.partial(start_trainer, zygote=trainer_zygote)
 
     alpaca = demo_data["alpaca"]
     worse = out("worse-data") / "worse.jsonl"
     write_contradicting_dataset(worse)
-    started = {
-        fmt: start_trainer(config(tiny_model, demo_data[fmt], fmt), out(fmt)) for fmt in FORMATS
-    }
-    started["long"] = start_trainer(config(tiny_model, alpaca, "alpaca", **LONG), out("long"))
+    started = {fmt: start(config(tiny_model, demo_data[fmt], fmt), out(fmt)) for fmt in FORMATS}
+    started["long"] = start(config(tiny_model, alpaca, "alpaca", **LONG), out("long"))
     for name, signum in (("sigusr1", signal.SIGUSR1), ("sigterm", signal.SIGTERM)):
-        started[name] = start_trainer(
+        started[name] = start(
             config(tiny_model, alpaca, "alpaca", **LONG),
             out(name),
             on_line=signal_after('"type": "metrics"', signum),
         )
-    # The first line is printed once the dataset is read, while torch is still to be imported.
+    # The first line is printed once the dataset is read, while torch is still to be imported:
+    # a process of its own (a zygote's child has torch already).
     started["sigusr1_in_setup"] = start_trainer(
         config(tiny_model, alpaca, "alpaca"),
         out("sigusr1-in-setup"),
         on_line=signal_after("trainer: read", signal.SIGUSR1),
     )
     # Adam moves every weight by about the learning rate on its first step: 1e30 overflows.
-    started["nan"] = start_trainer(
-        config(tiny_model, alpaca, "alpaca", learning_rate=1e30), out("nan")
-    )
-    started["worse"] = start_trainer(
+    started["nan"] = start(config(tiny_model, alpaca, "alpaca", learning_rate=1e30), out("nan"))
+    started["worse"] = start(
         config(tiny_model, worse, "pretokenized", max_steps=10, eval_fraction=0.25), out("worse")
     )
-    started["no_model"] = start_trainer(
+    started["no_model"] = start(
         config(tiny_model.parent / "missing", alpaca, "alpaca"), out("no-model")
     )
     # What the dashboard's form sends, and nothing else.
-    started["defaults"] = start_trainer(
+    started["defaults"] = start(
         {
             "model": str(tiny_model),
             "dataset": str(demo_data["text"]),
@@ -111,20 +113,22 @@ def runs(tiny_model, demo_data, tmp_path_factory) -> dict[str, Finished]:
 
 
 @pytest.fixture(scope="module")
-def resumed(runs, tiny_model, demo_data, tmp_path_factory) -> dict[str, Finished]:
+def resumed(runs, tiny_model, demo_data, tmp_path_factory, trainer_zygote) -> dict[str, Finished]:
+    start = functools.partial(start_trainer, zygote=trainer_zygote)
+
     long_config = config(tiny_model, demo_data["alpaca"], "alpaca", **LONG)
     stopped_at = runs["sigusr1"].events("stopped")[0]["checkpoint"]
     started = {
-        "from_10": start_trainer(
+        "from_10": start(
             long_config,
             tmp_path_factory.mktemp("from-10"),
             resume_from=runs["long"].checkpoint_dir / "checkpoint-10",
         ),
-        "after_sigusr1": start_trainer(
+        "after_sigusr1": start(
             long_config, tmp_path_factory.mktemp("after-sigusr1"), resume_from=stopped_at
         ),
         # A run stopped right after its last step (and preempted before its adapter was out).
-        "from_40": start_trainer(
+        "from_40": start(
             long_config,
             tmp_path_factory.mktemp("from-40"),
             resume_from=runs["long"].checkpoint_dir / "checkpoint-40",

@@ -39,6 +39,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         "max_steps": args.max_steps,
         "max_samples": args.max_samples,
         "learning_rate": args.learning_rate,
+        "merge": True if args.merge else None,
         "priority_class": args.priority,
         "limits": limits_of(args) or None,
     }

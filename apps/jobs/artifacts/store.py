@@ -58,6 +58,7 @@ PUBLIC_ID_RE = re.compile(r"art_([0-9]{1,19})")
 EVENT_TYPES = {
     Artifact.Kind.CHECKPOINT: JobEventType.CHECKPOINT_SAVED,
     Artifact.Kind.ADAPTER: JobEventType.ADAPTER_UPLOADED,
+    Artifact.Kind.MERGED: JobEventType.MERGED_UPLOADED,
 }
 
 
@@ -89,7 +90,7 @@ def validate_artifact_key(*, kind: object, step: object, sha256: object) -> None
     """Raise InvalidRequest (400) unless kind, step and sha256 make a storable artifact: a
     checkpoint needs a step; an adapter may have one (the final adapter has none)."""
     if kind not in Artifact.Kind.values:
-        raise InvalidRequest("kind must be checkpoint or adapter.", param="kind")
+        raise InvalidRequest("kind must be checkpoint, adapter or merged.", param="kind")
     if step is not None and (
         isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_STEP
     ):
@@ -343,6 +344,8 @@ def artifact_store(
 def _record(job: Job, attempt: Attempt, artifact: Artifact) -> None:
     if artifact.kind == Artifact.Kind.CHECKPOINT:
         message = f"Checkpoint at step {artifact.step} saved ({artifact.size_bytes} bytes)."
+    elif artifact.kind == Artifact.Kind.MERGED:
+        message = f"Merged weights uploaded ({artifact.size_bytes} bytes)."
     else:
         what = "Final adapter" if artifact.step is None else f"Adapter at step {artifact.step}"
         message = f"{what} uploaded ({artifact.size_bytes} bytes)."

@@ -223,6 +223,7 @@ def _start(attempt: Attempt) -> bool:
         image=job.spec["container"]["image"],
         max_runtime_hours=job.max_runtime_hours,
         gpu_devices=tuple(attempt.gpu_devices or ()),
+        organization_key=f"org-{job.organization_id}",
     )
     bootstrap = Bootstrap(
         control_url=settings.TRAINYARD_PUBLIC_URL,

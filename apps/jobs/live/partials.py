@@ -154,10 +154,18 @@ def has_older_logs(job: Job, first: LogLine) -> bool:
 
 def artifacts_context(job: Job) -> dict:
     grading = JobEvent.objects.filter(job=job, type=JobEventType.GRADING).order_by("-id").first()
+    published = (
+        JobEvent.objects.filter(
+            job=job, type__in=(JobEventType.PUBLISHED_TO_HUB, JobEventType.PUBLISH_FAILED)
+        )
+        .order_by("-id")
+        .first()
+    )
     return {
         "job": job,
         "artifacts": list(Artifact.objects.filter(job=job).order_by("id")),
         "grading": grading.data if grading else None,
+        "published": published,
     }
 
 

@@ -114,6 +114,9 @@ class LaunchRequest:
     # backend that `ASSIGNS_GPU_DEVICES`: it exposes these and no other. () for a CPU
     # attempt, and on a provider that assigns GPUs itself (Slurm's gres).
     gpu_devices: tuple[int, ...] = ()
+    # Names the job's organization for what a backend keeps per organization (the local
+    # provider's hub cache); never shown to a workload of another organization.
+    organization_key: str = ""
 
 
 @dataclass(frozen=True)

@@ -200,6 +200,8 @@ class RunSpec:
     network: str = "isolated"  # see NETWORKS
     # Host directories mounted read-only: {host path: path in the container}.
     read_only: dict[str, str] = field(default_factory=dict)
+    # Host directories mounted read-write besides the work directory (the hub cache).
+    read_write: dict[str, str] = field(default_factory=dict)
     # Ports published to the host's loopback only: (host port, container port).
     published: tuple[tuple[int, int], ...] = ()
 
@@ -257,6 +259,8 @@ class ContainerRuntime:
         ]
         for host_path, mounted in sorted(spec.read_only.items()):
             argv += ["--volume", f"{host_path}:{mounted}:ro"]
+        for host_path, mounted in sorted(spec.read_write.items()):
+            argv += ["--volume", f"{host_path}:{mounted}:rw"]
         for host_port, port in spec.published:
             argv += ["--publish", f"127.0.0.1:{int(host_port)}:{int(port)}"]
         for key, value in sorted(spec.labels.items()):

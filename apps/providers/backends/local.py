@@ -103,6 +103,10 @@ CONTROL_SOCKET_WAIT_S = 10.0
 # The port of a container's own network that is published to the host's loopback: where a
 # serving workload listens ($TRAINYARD_SERVICE_PORT), the proxy's one way in.
 SERVICE_PORT = 8000
+# Each organization's Hugging Face cache, under the provider's work directory, and where a
+# container mounts it.
+HUB_CACHE_DIR = ".hub-cache"
+HUB_CACHE_MOUNT = "/var/cache/trainyard-hub"
 
 
 @cache
@@ -193,6 +197,17 @@ class LocalBackend(Backend):
     def workdir(self, job_id: str, attempt: int) -> Path:
         return self.work_root / job_id / f"attempt-{attempt}"
 
+    def hub_cache(self, request: LaunchRequest) -> Path | None:
+        """The organization's Hugging Face cache on this provider (created 0700), which
+        every attempt of its jobs here reuses; None when the request names no organization.
+        Only that organization's workloads get it: a container mounts its own
+        organization's directory and nothing else of the host."""
+        if not request.organization_key:
+            return None
+        path = self.work_root / HUB_CACHE_DIR / request.organization_key
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return path
+
     def launch(self, request: LaunchRequest, bootstrap: Bootstrap) -> Handle:
         workdir = self.workdir(request.job_id, request.attempt)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -201,7 +216,9 @@ class LocalBackend(Backend):
             if existing is not None:
                 return existing
             if self.runtime == "host":
-                handle = self._start_runner(workdir, bootstrap, request.gpu_devices)
+                handle = self._start_runner(
+                    workdir, bootstrap, request.gpu_devices, self.hub_cache(request)
+                )
             else:
                 handle = self._start_container(workdir, request, bootstrap)
             _write_json(workdir / "handle.json", handle)
@@ -228,9 +245,11 @@ class LocalBackend(Backend):
         containers.ensure_image(request.image, pull_timeout_s=settings.IMAGE_PULL_TIMEOUT_S)
         control = self._start_control_socket(control_dir, bootstrap)
         host_port = free_loopback_port()
+        hub_cache = self.hub_cache(request)
         handle = {
             "runtime": self.runtime,
             "container": name,
+            "image": request.image,
             "workdir": str(workdir),
             "control": control,
             "ports": {str(SERVICE_PORT): host_port},
@@ -251,11 +270,13 @@ class LocalBackend(Backend):
                 protocol.ENV_RUNNER_TOKEN_FILE: f"{WORKDIR_MOUNT}/{TOKEN_FILE}",
                 protocol.ENV_WORKDIR: WORKDIR_MOUNT,
                 protocol.ENV_SERVICE_PORT: str(SERVICE_PORT),
+                **({protocol.ENV_HUB_CACHE: HUB_CACHE_MOUNT} if hub_cache else {}),
             },
             gpu_devices=request.gpu_devices if request.accelerator != "cpu" else (),
             labels={"trainyard.job": request.job_id, "trainyard.attempt": str(request.attempt)},
             network=network,
             read_only={str(control_dir): SOCKET_MOUNT},
+            read_write={str(hub_cache): HUB_CACHE_MOUNT} if hub_cache else {},
             published=((host_port, SERVICE_PORT),) if network != "none" else (),
         )
         try:
@@ -300,10 +321,14 @@ class LocalBackend(Backend):
         return control
 
     def _start_runner(
-        self, workdir: Path, bootstrap: Bootstrap, gpu_devices: tuple[int, ...] = ()
+        self,
+        workdir: Path,
+        bootstrap: Bootstrap,
+        gpu_devices: tuple[int, ...] = (),
+        hub_cache: Path | None = None,
     ) -> Handle:
         """A detached runner on this host; CUDA sees only the attempt's `gpu_devices`
-        (base.gpu_env: none for a CPU attempt)."""
+        (base.gpu_env: none for a CPU attempt); its workload's hub cache is `hub_cache`."""
         python = self.config.get("python") or sys.executable
         env = {name: os.environ[name] for name in PASSED_THROUGH_ENV if name in os.environ}
         env.update(
@@ -331,6 +356,10 @@ class LocalBackend(Backend):
             _chown_tree(workdir, user.pw_uid, user.pw_gid)
             env.update({"HOME": str(workdir), "USER": user.pw_name})
             run_as = (user.pw_uid, user.pw_gid)
+        if hub_cache is not None:
+            if user is not None:
+                os.chown(hub_cache, user.pw_uid, user.pw_gid)
+            env[protocol.ENV_HUB_CACHE] = str(hub_cache)
         markers = [
             f"{protocol.ENV_JOB_ID}={bootstrap.job_id}",
             f"{protocol.ENV_ATTEMPT}={bootstrap.attempt}",

@@ -33,7 +33,7 @@ def endpoints_for_list(organization) -> QuerySet[Endpoint]:
     """The organization's endpoints, newest first, with what each row shows. Not paged: an
     organization runs a handful of endpoints, each a billed serve job."""
     return selectors.endpoints_for_org(organization).select_related(
-        "current_revision__artifact__job"
+        "current_revision__artifact__job", "current_revision__hub_commit"
     )
 
 
@@ -44,7 +44,9 @@ def endpoint_for_page(organization, public_id: str) -> Endpoint | None:
             "organization",
             "created_by",
             "current_revision__artifact__job",
+            "current_revision__hub_commit",
             "previous_revision__artifact__job",
+            "previous_revision__hub_commit",
         )
         .filter(public_id=public_id)
         .first()
@@ -60,7 +62,7 @@ def can_roll_back(endpoint: Endpoint) -> bool:
 def live_context(endpoint: Endpoint) -> dict:
     """What the live partials need (the page's first render uses the same)."""
     revisions = endpoint.revisions.select_related(
-        "artifact__job", "created_by", "created_by_key"
+        "artifact__job", "hub_commit", "created_by", "created_by_key"
     ).order_by("-number")
     promotions = endpoint.promotions.select_related(
         "revision", "replaced", "by_user", "by_key"
@@ -141,7 +143,11 @@ def swap_targets(endpoint: Endpoint) -> list[Target]:
     base = endpoint.base_model.strip()
     matching = [job for job in jobs if _trained_on(job) == base]
     order = {job.pk: n for n, job in enumerate(matching)}
-    artifacts = Artifact.objects.filter(job__in=matching).select_related("job")
+    artifacts = (
+        Artifact.objects.filter(job__in=matching)
+        .exclude(kind=Artifact.Kind.MERGED)  # a whole model, not an adapter
+        .select_related("job")
+    )
     current = endpoint.current_revision.artifact_id if endpoint.current_revision else None
     ranked = sorted(
         artifacts,

@@ -145,6 +145,15 @@ def test_terminate_is_idempotent(api, org, state):
     assert JobEvent.objects.filter(job=job).count() == events
 
 
+def test_terminating_a_finalizing_job_leaves_it_to_end_with_its_outcome(api, org):
+    """Its workload has exited: the job ends on its own in a moment (it was a 500 once)."""
+    job = make_job(org, state=JobState.FINALIZING)
+    answer = api.post(f"/api/v1/compute/jobs/{job.public_id}/terminate")
+    assert answer.status_code == 200
+    assert answer.json()["state"] == "finalizing"
+    assert not JobEvent.objects.filter(job=job, type="terminate_requested").exists()
+
+
 def test_a_viewer_cannot_terminate(api_client_for, org):
     job = make_job(org)
     response = api_client_for(org, role="viewer").post(

@@ -519,7 +519,7 @@ def test_a_fine_tune_creates_a_finetune_job_carrying_its_config(client_for, memb
     assert job.created_by == member
     assert (job.accelerator, job.gpu_count, job.ephemeral_disk_gb) == ("cpu", 1, 20)
     container = job.spec["container"]
-    assert container["image"] == "trainyard-trainer"
+    assert container["image"] == "localhost/trainyard-trainer:0.1.0"
     assert container["command"] is None
     assert json.loads(container["env"][FINETUNE_CONFIG_ENV]) == {
         "model": "Qwen/Qwen2.5-0.5B-Instruct",

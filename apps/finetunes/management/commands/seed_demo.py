@@ -11,7 +11,12 @@ from django.db import transaction
 from apps.accounts.models import Membership, Organization, Role, User
 from apps.billing import ledger
 from apps.core.money import format_usd
-from apps.finetunes.demo import demo_datasets_dir, demo_model_dir, grant_demo_credits
+from apps.finetunes.demo import (
+    demo_datasets_dir,
+    demo_model_dir,
+    grant_demo_credits,
+    publish_demo_assets,
+)
 from apps.projects.models import Project
 
 DEMO_ORG = "demo"
@@ -50,12 +55,13 @@ class Command(BaseCommand):
         balance = ledger.balance(org.pk).balance_micros
         self.stdout.write(f"Demo credits: balance {format_usd(balance)}")
         shown = password if created else f"{password} (unless it was changed since)"
-        self._seed_finetune_assets()
+        self._seed_finetune_assets(org)
         self.stdout.write(f"Demo ready: sign in at {settings.WEB_URL}/ as {DEMO_USER} / {shown}")
 
-    def _seed_finetune_assets(self) -> None:
+    def _seed_finetune_assets(self, org: Organization) -> None:
         """A tiny base model (built here, no hub download) and a small dataset in each
-        format, so a first fine-tune runs offline on CPU in about a minute."""
+        format, published to the demo organization's hub, so a first fine-tune runs offline
+        on CPU in about a minute, on the host or in a container."""
         try:  # imported here: trainer.tiny needs torch (the `train` extra), which may be absent
             from trainer.demo_data import write_demo_datasets
             from trainer.tiny import build_tiny_model
@@ -68,4 +74,8 @@ class Command(BaseCommand):
         if not (model_dir / "config.json").exists():
             build_tiny_model(model_dir)
         datasets = write_demo_datasets(demo_datasets_dir())
-        self.stdout.write(f"Demo fine-tune: model {model_dir}, dataset {datasets['alpaca']}")
+        published = publish_demo_assets(org, model_dir, datasets)
+        self.stdout.write(
+            f"Demo fine-tune: model {published[0]} and datasets {', '.join(published[1:])} "
+            "in the demo organization's hub (Models, Datasets)"
+        )
