@@ -291,6 +291,19 @@ class SlurmCluster:
             return False
 
         self._wait(idle_again, "the node to be idle", timeout=60)
+        self._burn_numbers_up_to(int(job_id))
+
+    def _burn_numbers_up_to(self, last: int) -> None:
+        """Hand out, and cancel at once, every job number a controller that forgot its
+        last jobs would give again. slurmd remembers the killed old job's credential as
+        revoked for a while and refuses a batch job of that number ("already killed, do not
+        launch"): the next test's job would end FAILED as it starts."""
+        for _ in range(100):
+            number = self.sbatch("--hold", "--job-name=burn", "--wrap", "true")
+            self.run("scancel", number, check=False)
+            if int(number) > last:
+                return
+        raise RuntimeError(f"slurmctld still hands out numbers up to {last}")
 
     def cancel_all(self) -> None:
         """Kill and cancel every job, and wait until the node is idle again."""

@@ -344,7 +344,9 @@ def test_a_job_number_slurm_gave_to_another_job_is_not_the_attempts(
     # returns (the terminate's later SIGKILL names the job the same way).
     backend.terminate(handle, grace_s=60)
     backend.release(handle)
-    assert slurm_cluster.job_state(other) == "RUNNING"
+    state = slurm_cluster.job_state(other)
+    story = slurm_cluster.run("scontrol", "show", "job", other, check=False).stdout
+    assert state == "RUNNING", f"{story}\n{slurm_cluster.logs()}"
 
 
 def test_a_request_the_cluster_refuses_fails_the_launch_for_good(
