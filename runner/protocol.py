@@ -95,6 +95,7 @@ EXIT_NO_INPUT = 66  # EX_NOINPUT: an input of the spec could not be fetched
 EXIT_CANNOT_EXECUTE = 126  # the command is not executable
 EXIT_NOT_FOUND = 127  # the command was not found, or the spec cannot be run
 EXIT_SIGTERM = 143  # 128 + SIGTERM: terminated (or never started: terminated before)
+EXIT_SIGKILL = 137  # 128 + SIGKILL: killed (the runner's own kill after a terminate's grace)
 
 # -- environment variables -------------------------------------------------------------
 

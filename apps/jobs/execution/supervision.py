@@ -178,9 +178,10 @@ def runner_exited(attempt_id: int, exit_code: int, *, confirmed: bool = False) -
     final state, which `finalize` sets after releasing the hardware.
 
     A batch scheduler (Slurm) preempts by SIGTERM, so a runner's own report of exit 143 on
-    such a provider may be a reclaim nobody here asked for: the job then waits for the
-    backend's next poll (`confirmed=True`), which tells a reclaim from the workload's own
-    exit."""
+    such a provider may be a reclaim nobody here asked for, and so may 137 (the runner's
+    SIGKILL after its grace, when the workload took longer to stop): the job then waits for
+    the backend's next poll (`confirmed=True`), which tells a reclaim from the workload's
+    own exit."""
     with transaction.atomic():
         job, attempt = lock_current(attempt_id)
         if attempt.ended_at is not None:
@@ -492,9 +493,14 @@ def _out_of_reach(job: Job, attempt: Attempt) -> None:
     )
 
 
+# How a workload ends when its scheduler preempts it: SIGTERM, or SIGKILL when it did not
+# stop within the runner's grace (shorter than the scheduler's, or a slow checkpoint).
+_SCHEDULER_STOPS = frozenset({protocol.EXIT_SIGTERM, protocol.EXIT_SIGKILL})
+
+
 def _may_be_a_reclaim(job: Job, attempt: Attempt) -> bool:
     return (
-        attempt.exit_code == protocol.EXIT_SIGTERM
+        attempt.exit_code in _SCHEDULER_STOPS
         and job.state != JobState.TERMINATING
         and not allocates_at_launch(attempt.provider)
     )

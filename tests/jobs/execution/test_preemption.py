@@ -18,6 +18,7 @@ from apps.jobs.execution import attempts, dispatch, supervision
 from apps.jobs.live import partials
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, MetricPoint
 from apps.jobs.states import JobState
+from apps.providers.models import Provider
 from runner import procfs
 from tests.jobs.helpers import running
 from tests.jobs.helpers import submit_on as submit
@@ -154,6 +155,23 @@ def test_an_exit_143_nobody_reported_is_the_workloads_own_and_fails_the_job(org,
     assert job.preemption_count == 0 and job.attempt_count == 1
     assert Attempt.objects.get(pk=attempt.pk).end_reason == "exit_code_143"
     assert not dispatch.allocate(job.pk)  # nothing runs again
+
+
+@pytest.mark.parametrize("exit_code", [143, 137])
+def test_on_a_batch_scheduler_a_stop_nobody_asked_for_waits_for_the_schedulers_word(
+    org, slots, exit_code
+):
+    # Slurm preempts with SIGTERM (the runner SIGKILLs a workload slow to stop: 137); the
+    # runner's report comes before Slurm's own state says so. The next poll decides.
+    slots(1)
+    attempt = running(submit(org, slots))
+    Provider.objects.filter(pk=attempt.provider_id).update(kind=Provider.Kind.SLURM)
+    supervision.runner_exited(attempt.pk, exit_code)
+    assert state(attempt.job) == JobState.RUNNING  # not failed on the runner's word
+    supervision.runner_exited(attempt.pk, exit_code, confirmed=True)  # Slurm: it exited
+    supervision.finalize(attempt.job_id)
+    job = Job.objects.get(pk=attempt.job_id)
+    assert (job.state, job.reason) == (JobState.FAILED, f"exit_code_{exit_code}")
 
 
 def test_an_exit_143_after_a_displacement_is_a_preemption(org, slots):
