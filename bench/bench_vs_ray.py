@@ -15,6 +15,10 @@ Ray, Trainyard, ...), medians reported:
 3. re-reading those lines in full, `REREAD_AFTER_S` after the job ended: Trainyard's
    whole `logs.txt` (gzip, as a client asks for it; a few system lines come with the
    workload's); Ray's `get_job_logs`.
+3b. `seq 1 100000` submitted; until a client of the JSON cursor API has every line, exactly
+   once and in order: Trainyard's `/logs` pages at the API's largest size, from submit,
+   the last page asked for again from its cursor while lines come (as `trainyard logs -f`
+   does); Ray's `get_job_logs` until it holds every line (Ray has no cursor).
 4. terminate a running `sleep 600` → process gone: from the terminate call until no
    process of that workload is left (a /proc scan for its unique argv), and until the API
    reports it stopped.
@@ -25,7 +29,7 @@ Ray, Trainyard, ...), medians reported:
 Ray comes from the optional `bench` extra (`pip install -e '.[bench]'`); without it this
 script says so and exits 0. Targets (#20): 20 jobs ≤ 1.1 x Ray; terminate → gone ≤ 0.5 s;
 100k lines readable ≤ 2 x Ray; full re-read ≤ 2 x Ray; submit → running ≤ 0.5 x Ray; idle
-memory ≤ 0.5 x Ray.
+memory ≤ 0.5 x Ray; (#45) every line through the cursor API ≤ 2 x Ray.
 
     .venv/bin/python bench/bench_vs_ray.py     # BENCH_VS_RAY_REPEATS=9 for the full method
     BENCH_VS_RAY_ONLY=lines .venv/bin/python bench/bench_vs_ray.py   # one path alone
@@ -161,6 +165,30 @@ class Trainyard:
         )
         return response.text
 
+    def read_by_cursor(self, job_id: str, count: int) -> list[str]:
+        """The workload's lines as a client of the JSON cursor API reads them from submit:
+        pages of the API's largest size, oldest first; the last page (which has no
+        cursor) asked for again from the last full page's cursor until `count` lines came,
+        each line kept once (as `trainyard logs -f` does)."""
+        from apps.jobs.api.log_pages import LOG_MAX_LIMIT
+
+        lines: list[str] = []
+        cursor, seen = None, set()
+        while True:
+            params = {"source": "user", "limit": LOG_MAX_LIMIT, "order": "asc"}
+            if cursor:
+                params["cursor"] = cursor
+            page = self.session.get(f"{self.base}/{job_id}/logs", params=params, timeout=60)
+            body = page.json()
+            lines += [line["message"] for line in body["data"] if line["id"] not in seen]
+            if body["next_cursor"]:
+                cursor, seen = body["next_cursor"], set()
+                continue
+            seen.update(line["id"] for line in body["data"])
+            if len(lines) >= count:
+                return lines
+            time.sleep(POLL_S)
+
     def terminate(self, job_id: str) -> None:
         self.session.post(f"{self.base}/{job_id}/terminate", timeout=10)
 
@@ -201,6 +229,14 @@ class Ray:
     def read_all(self, job_id: str) -> str:
         return self.client.get_job_logs(job_id)
 
+    def read_by_cursor(self, job_id: str, count: int) -> list[str]:
+        """Ray has no cursor: its whole log, asked for until it holds `count` lines."""
+        while True:
+            lines = self.client.get_job_logs(job_id).splitlines()
+            if len(lines) >= count:
+                return lines
+            time.sleep(POLL_S)
+
     def terminate(self, job_id: str) -> None:
         self.client.stop_job(job_id)
 
@@ -235,6 +271,23 @@ def lines_readable(system) -> tuple[float, float]:
     return readable, reread
 
 
+def lines_by_cursor(system) -> float:
+    """From submit until a client of the JSON cursor API (the CLI, a notebook, an SDK) has
+    read every line; each exactly once and in order (Ray: as for the re-read)."""
+    start = time.perf_counter()
+    job = system.submit(["seq", "1", str(LINES)])
+    lines = system.read_by_cursor(job, LINES)
+    took = time.perf_counter() - start
+    workload = [line for line in lines if line.isdigit()]
+    if workload != [str(n) for n in range(1, LINES + 1)]:
+        wrong = sum(1 for n, line in enumerate(workload, 1) if line != str(n))
+        message = f"{system.name} read {len(workload):,} lines, {wrong} out of place"
+        assert system.name == "Ray" and len(workload) == LINES, message
+        print(f"note: {message}", file=sys.stderr)
+    _wait(lambda: system.finished(job), interval=0.2)
+    return took
+
+
 def terminate_to_gone(system) -> tuple[float, float]:
     marker = f"60{uuid.uuid4().int % 10_000:04d}"  # a `sleep` argv no other process has
     job = system.submit(["sleep", marker])
@@ -258,6 +311,7 @@ def twenty_on_two_slots(system) -> float:
 PATHS = {
     "submit → running (sleep 3)": submit_to_running,
     "100,000 lines → readable, then re-read in full": lines_readable,
+    "100,000 lines → all read through the JSON cursor API": lines_by_cursor,
     "terminate sleep 600 → process gone, then reported stopped": terminate_to_gone,
     "20 x sleep 1 on 2 slots → all finished": twenty_on_two_slots,
 }

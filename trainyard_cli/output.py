@@ -34,9 +34,10 @@ def print_json(data: Any) -> None:
     sys.stdout.flush()
 
 
-def print_json_line(data: Any) -> None:
+def print_json_line(data: Any, *, flush: bool = True) -> None:
     sys.stdout.write(json.dumps(data, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+    if flush:
+        sys.stdout.flush()
 
 
 def info(message: str) -> None:

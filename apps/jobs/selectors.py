@@ -77,9 +77,15 @@ def job_list(
     return rows, next_cursor, total
 
 
+# What a JSON log page carries of each line, in this order (`api.log_pages` renders them).
+LOG_PAGE_FIELDS = ("id", "timestamp", "source", "stream", "message", "attempt")
+
+
 def log_page(
     job: Job, page: PageRequest, *, source: str | None
-) -> tuple[list[LogLine], str | None, int]:
+) -> tuple[list[tuple], str | None, int]:
+    """One page of the job's log lines as `LOG_PAGE_FIELDS` tuples (no model instances: a
+    page may hold thousands), its next cursor and the number of lines there are."""
     lines = LogLine.objects.filter(job=job)
     if source:
         if source not in LogLine.Source.values:
@@ -97,7 +103,7 @@ def log_page(
 
 def _log_order_page(
     job: Job, lines: QuerySet[LogLine], page: PageRequest
-) -> tuple[list[LogLine], str | None]:
+) -> tuple[list[tuple], str | None]:
     """One page of `lines` in log order (attempt, position, id; see `LogLine`), not id
     order: a batch stored late after an outage still reads in its seqs' place. The cursor
     stays what it always was, the id of the page's last line; the next page starts after
@@ -112,10 +118,10 @@ def _log_order_page(
     ordered = lines.in_log_order(descending=page.descending).beyond(
         after, descending=page.descending
     )
-    rows = list(ordered[: page.limit + 1])
+    rows = list(ordered.values_list(*LOG_PAGE_FIELDS)[: page.limit + 1])
     has_more = len(rows) > page.limit
     rows = rows[: page.limit]
-    return rows, encode_cursor([rows[-1].id]) if has_more else None
+    return rows, encode_cursor([rows[-1][0]]) if has_more else None
 
 
 def event_page(job: Job, page: PageRequest) -> tuple[list[JobEvent], str | None, int]:

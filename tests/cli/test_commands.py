@@ -257,6 +257,9 @@ def test_logs_follow_prints_each_line_once_and_exits_with_the_jobs_code(cli, api
     assert printed.out == "one\ntwo\n"
     assert "[trainyard] boot" in printed.err and "oops" in printed.err
     assert "failed, exit code 3" in printed.err
+    # It catches up in the API's largest pages, then follows in small ones.
+    limits = [r.url.params["limit"] for r in api.requests if r.url.path.endswith("/logs")]
+    assert limits[0] == "10000" and set(limits[1:]) == {"500"}
 
 
 def test_logs_without_follow_json(cli, api, capsys):
@@ -265,6 +268,7 @@ def test_logs_without_follow_json(cli, api, capsys):
     assert cli("logs", "job_abc", "--json", "--source", "user") == 0
     assert json.loads(capsys.readouterr().out)["data"] == [line]
     assert api.requests[-1].url.params["source"] == "user"
+    assert api.requests[-1].url.params["limit"] == "10000"
 
 
 def test_metrics_table_and_series(cli, api, capsys):

@@ -1,14 +1,16 @@
 """`trainyard logs JOB [-f]`: print a job's log lines; with -f, follow them until the job
 ends and exit with the job's exit code, so `trainyard logs -f $JOB && next-step` works.
 
-Following polls the logs endpoint with its cursor. The last page of a list has no
-`next_cursor`, so the follower keeps the cursor of the last full page and remembers the ids
-it printed since: asking again from that cursor returns those lines and any new ones, and
-only the new ones are printed (at most one page is ever asked for twice). The job's state is
-read before each round of log pages, and the follower stops after a round that began with
-the job ended, so lines written just before the end are never cut off. A server that goes
-away for a while (a restart, a deploy) is waited for, up to `RECONNECT_S`; the job runs on
-without us meanwhile, and no line is lost or printed twice.
+The log is read in the API's largest pages (a whole log in few round trips); following
+catches up the same way, then polls the logs endpoint with its cursor. The last page of a
+list has no `next_cursor`, so the follower keeps the cursor of the last full page and
+remembers the ids it printed since: asking again from that cursor returns those lines and
+any new ones, and only the new ones are printed (at most one page is ever asked for twice;
+once caught up, a follower's pages are small, so a poll asks again for few lines). The
+job's state is read before each round of log pages, and the follower stops after a round
+that began with the job ended, so lines written just before the end are never cut off. A
+server that goes away for a while (a restart, a deploy) is waited for, up to
+`RECONNECT_S`; the job runs on without us meanwhile, and no line is lost or printed twice.
 """
 
 from __future__ import annotations
@@ -23,7 +25,11 @@ from trainyard_cli.commands import Context, seg
 from trainyard_cli.commands.jobs import JOBS
 
 TERMINAL = frozenset({"succeeded", "failed", "terminated"})
-PAGE = 500
+# The API's largest page: a long log comes in few round trips (100,000 lines in ten),
+# gzipped on the way (httpx asks for it). Once caught up, a follower asks for smaller
+# pages: each poll asks again for the lines after the last full page's cursor.
+PAGE = 10_000
+FOLLOW_PAGE = 500
 RECONNECT_S = 120.0
 
 
@@ -39,18 +45,24 @@ def job_exit_code(job: dict) -> int:
     return 1
 
 
-def print_line(line: dict, as_json: bool) -> None:
-    if as_json:
-        output.print_json_line(line)
-        return
-    message = line.get("message", "")
-    if line.get("source") == "system":
-        sys.stderr.write(f"[trainyard] {message}\n")
-        sys.stderr.flush()
-    else:
-        stream = sys.stderr if line.get("stream") == "stderr" else sys.stdout
-        stream.write(message + "\n")
-        stream.flush()
+def print_lines(lines: list[dict], as_json: bool) -> None:
+    """Each line where it belongs (the workload's stderr lines and the platform's on
+    stderr, `[trainyard]` before the platform's). A stream is flushed when the next line
+    goes to the other one, and both at the end: few writes, and `2>&1` keeps the order."""
+    last = sys.stdout
+    for line in lines:
+        if as_json:
+            output.print_json_line(line, flush=False)
+            continue
+        message = line.get("message", "")
+        system = line.get("source") == "system"
+        stream = sys.stderr if system or line.get("stream") == "stderr" else sys.stdout
+        if stream is not last:
+            last.flush()
+            last = stream
+        stream.write(f"[trainyard] {message}\n" if system else message + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
 
 
 class Follower:
@@ -61,11 +73,11 @@ class Follower:
         self.cursor: str | None = None
         self.seen: set[str] = set()
 
-    def new_lines(self) -> list[dict]:
+    def new_lines(self, limit: int = PAGE) -> list[dict]:
         fresh: list[dict] = []
         while True:
             page = self.ctx.client.get_json(
-                self.path, {"limit": PAGE, "source": self.source, "cursor": self.cursor}
+                self.path, {"limit": limit, "source": self.source, "cursor": self.cursor}
             )
             fresh += [line for line in page["data"] if line["id"] not in self.seen]
             if page.get("next_cursor"):
@@ -90,15 +102,16 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         if args.json:
             output.print_json({"data": lines, "next_cursor": None, "total": len(lines)})
         else:
-            for line in lines:
-                print_line(line, False)
+            print_lines(lines, False)
         return 0
     away_since: float | None = None
+    caught_up = False
     while True:
         try:
             job = ctx.client.get_json(job_path)
-            for line in follower.new_lines():
-                print_line(line, args.json)
+            lines = follower.new_lines(FOLLOW_PAGE if caught_up else PAGE)
+            print_lines(lines, args.json)
+            caught_up = True
         except CliError as error:
             if not _transient(error):
                 raise

@@ -15,6 +15,7 @@ from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
 from apps.core.errors import InvalidRequest
 from apps.core.pagination import parse_page_request
 from apps.jobs import selectors, services
+from apps.jobs.api.log_pages import LOG_MAX_LIMIT, log_page_body, log_page_response
 from apps.jobs.api.serializers import (
     ArtifactOut,
     ArtifactPage,
@@ -22,7 +23,6 @@ from apps.jobs.api.serializers import (
     JobEventOut,
     JobOut,
     JobPage,
-    LogLineOut,
     LogPage,
     PlanOut,
     plan_data,
@@ -34,9 +34,6 @@ from apps.jobs.models import Job
 from apps.jobs.specs import JobCreateIn
 
 MAX_IDEMPOTENCY_KEY = 255
-# Log pages go bigger than other lists: a client reading a whole log wants few round trips
-# (the plain-text `logs.txt` streams it all in one).
-LOG_MAX_LIMIT = 5000
 
 _PAGE_PARAMS = [
     OpenApiParameter("limit", OpenApiTypes.INT, description="1 to 500, default 50"),
@@ -158,7 +155,9 @@ class JobLogsView(ComputeView):
     @extend_schema(
         responses=LogPage,
         parameters=[
-            OpenApiParameter("limit", OpenApiTypes.INT, description="1 to 5000, default 50"),
+            OpenApiParameter(
+                "limit", OpenApiTypes.INT, description=f"1 to {LOG_MAX_LIMIT}, default 50"
+            ),
             _PAGE_PARAMS[1],
             OpenApiParameter("source", OpenApiTypes.STR, enum=["user", "system"]),
             OpenApiParameter("order", OpenApiTypes.STR, enum=["asc", "desc"]),
@@ -171,9 +170,7 @@ class JobLogsView(ComputeView):
         lines, next_cursor, total = selectors.log_page(
             job, page, source=request.query_params.get("source")
         )
-        return Response(
-            {"data": LogLineOut(lines, many=True).data, "next_cursor": next_cursor, "total": total}
-        )
+        return log_page_response(request, log_page_body(lines, next_cursor, total))
 
 
 class JobEventsView(ComputeView):

@@ -14,6 +14,11 @@ urlpatterns = [
     path("o/<slug:org_slug>/jobs/<str:job_id>/", views.job_detail, name="job-detail"),
     path("o/<slug:org_slug>/jobs/<str:job_id>/live/", views.job_live, name="job-live"),
     path("o/<slug:org_slug>/jobs/<str:job_id>/logs/", views.job_logs_older, name="job-logs-older"),
+    path(
+        "o/<slug:org_slug>/jobs/<str:job_id>/logs.txt",
+        views.job_log_download,
+        name="job-log-download",
+    ),
     path("o/<slug:org_slug>/jobs/<str:job_id>/cancel/", views.job_cancel, name="job-cancel"),
     path(
         "o/<slug:org_slug>/jobs/<str:job_id>/artifacts/<int:artifact_id>/download/",

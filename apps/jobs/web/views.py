@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_POST
@@ -20,6 +20,7 @@ from apps.jobs.live import partials
 from apps.jobs.models import Artifact, Job
 from apps.jobs.selectors import job_list
 from apps.jobs.states import JobState
+from apps.jobs.telemetry.log_text import log_text_response
 from apps.projects.models import Project
 
 
@@ -75,6 +76,16 @@ def job_logs_older(request: HttpRequest, org_slug: str, job_id: str) -> HttpResp
     has_more = bool(lines) and partials.has_older_logs(job, lines[0])
     context = {"org": membership.organization, "job": job, "lines": lines, "has_more": has_more}
     return TemplateResponse(request, "jobs/logs_older.html", context)
+
+
+@login_required
+@require_GET
+def job_log_download(request: HttpRequest, org_slug: str, job_id: str) -> StreamingHttpResponse:
+    """The whole log as a plain-text file: what the API's `logs.txt` serves, streamed."""
+    _, job = _job_for(request, org_slug, job_id)
+    response = log_text_response(request, job, None)
+    response["Content-Disposition"] = f'attachment; filename="{job.public_id}.log"'
+    return response
 
 
 @login_required

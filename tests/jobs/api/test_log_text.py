@@ -1,9 +1,14 @@
-"""A job's whole log as plain text (`logs.txt`), and log pages up to 5,000 lines."""
+"""A job's whole log as plain text (`logs.txt`), and JSON log pages up to 10,000 lines
+rendered from rows exactly as the serializer would."""
 
 import gzip
+import json
 
 import pytest
+from rest_framework.renderers import JSONRenderer
 
+from apps.jobs.api.serializers import LogLineOut
+from apps.jobs.models import LogLine
 from apps.jobs.telemetry import log_archive
 from tests.jobs.helpers import append_log, make_job
 
@@ -60,11 +65,44 @@ def test_an_empty_log_is_empty_and_a_bad_source_or_foreign_job_is_refused(api, o
     assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
 
 
-def test_a_json_log_page_takes_up_to_5000_lines(api, org):
+def test_a_json_log_page_takes_up_to_10000_lines_and_a_cursor_goes_on_from_there(api, org):
     job = make_job(org)
-    append_log(job, [f"l{n}" for n in range(2500)])
+    append_log(job, [f"l{n}" for n in range(10_005)])
     path = f"/api/v1/compute/jobs/{job.public_id}/logs"
-    body = api.get(path, {"limit": 5000}).json()
-    assert len(body["data"]) == 2500 and body["next_cursor"] is None
-    too_many = api.get(path, {"limit": 5001})
+    first = api.get(path, {"limit": 10_000, "order": "asc"}).json()
+    assert [line["message"] for line in first["data"]] == [f"l{n}" for n in range(10_000)]
+    assert first["total"] == 10_005 and first["next_cursor"]
+    rest = api.get(path, {"limit": 10_000, "cursor": first["next_cursor"]}).json()
+    assert [line["message"] for line in rest["data"]] == [f"l{n}" for n in range(10_000, 10_005)]
+    assert rest["next_cursor"] is None
+    too_many = api.get(path, {"limit": 10_001})
     assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "limit"
+
+
+def test_a_json_log_page_reads_as_the_serializer_renders_each_line(api, org):
+    job = make_job(org)
+    append_log(job, ["plain", 'tab\tquote" backslash\\ é ☃ \u2028 end', ""])
+    append_log(job, ["the platform speaks"], source="system")
+    LogLine.objects.filter(job=job, message="plain").update(stream="stderr")
+    response = api.get(f"/api/v1/compute/jobs/{job.public_id}/logs", {"limit": 10})
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    lines = LogLine.objects.filter(job=job).in_log_order()
+    expected = json.loads(JSONRenderer().render(LogLineOut(lines, many=True).data))
+    assert response.json() == {"data": expected, "next_cursor": None, "total": 4}
+    assert [line["timestamp"][-1] for line in expected] == ["Z"] * 4
+
+
+def test_a_large_json_log_page_is_gzipped_when_the_client_accepts_it(api, org):
+    job = make_job(org)
+    append_log(job, [f"line {n} of a log that compresses well" for n in range(2000)])
+    path = f"/api/v1/compute/jobs/{job.public_id}/logs"
+    plain = api.get(path, {"limit": 2000})
+    packed = api.get(path, {"limit": 2000}, HTTP_ACCEPT_ENCODING="gzip, deflate")
+    assert "Content-Encoding" not in plain and plain["Vary"] == "Accept-Encoding"
+    assert packed["Content-Encoding"] == "gzip"
+    assert len(packed.content) < len(plain.content) / 5
+    assert gzip.decompress(packed.content) == plain.content
+    small = api.get(path, {"limit": 2}, HTTP_ACCEPT_ENCODING="gzip")
+    assert "Content-Encoding" not in small and len(small.json()["data"]) == 2
+    refused = api.get(path, {"limit": 2000}, HTTP_ACCEPT_ENCODING="gzip;q=0")
+    assert "Content-Encoding" not in refused

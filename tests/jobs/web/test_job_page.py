@@ -68,6 +68,20 @@ def test_a_big_job_renders_a_window_with_older_lines_on_demand(client_for, membe
     assert f'id="log-{first_shown}"' not in older_body
 
 
+def test_download_log_saves_the_whole_log_as_text(client_for, member, org):
+    job = _with_output(org, 3 * WINDOW)
+    client = client_for(member)
+    page = client.get(f"/o/acme/jobs/{job.public_id}/").content.decode()
+    assert f'href="/o/acme/jobs/{job.public_id}/logs.txt" download>Download log' in page
+    response = client.get(f"/o/acme/jobs/{job.public_id}/logs.txt")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response["Content-Disposition"] == f'attachment; filename="{job.public_id}.log"'
+    text = b"".join(response).decode()  # the sync test client consumes the async stream
+    workload = [line for line in text.splitlines() if line.startswith("line ")]
+    assert workload == [f"line {i}" for i in range(1, 3 * WINDOW + 1) if i % 5]
+
+
 def test_the_catch_up_returns_only_what_is_newer(client_for, member, org):
     job = _with_output(org, 5)
     last_log = job.log_lines.order_by("-id").first().id
@@ -106,7 +120,7 @@ def test_cancel_terminates_and_viewers_cannot(client_for, member, viewer, org):
     assert htmx.status_code == 204
 
 
-@pytest.mark.parametrize("suffix", ["", "live/", "logs/?before=10"])
+@pytest.mark.parametrize("suffix", ["", "live/", "logs/?before=10", "logs.txt"])
 def test_another_orgs_job_is_404(client_for, outsider, org, suffix):
     job = make_job(org)
     response = client_for(outsider).get(f"/o/acme/jobs/{job.public_id}/{suffix}")
