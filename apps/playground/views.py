@@ -65,31 +65,22 @@ def _preloaded(
     warn = messages.warning if request.method == "GET" else lambda *args: None
     org = membership.organization
     found, query = [], {}
-    job_id = request.GET.get("job", "").strip()
-    if job_id:
-        target = targets.job_target(org, job_id)
+    lookups = (
+        ("job", targets.job_target, "That job is not here, or it has no final adapter yet."),
+        ("hub", targets.hub_target, "That hub revision is not here, or holds no adapter."),
+        ("artifact", targets.artifact_target, "That checkpoint or adapter is not here."),
+    )
+    for param, lookup, missing in lookups:
+        value = request.GET.get(param, "").strip()
+        if not value:
+            continue
+        target = lookup(org, value)
         if target is None:
-            warn(request, "That job is not here, or it has no final adapter yet.")
-        else:
+            warn(request, missing)
+            continue
+        query[param] = value
+        if target.key not in {t.key for t in found}:
             found.append(target)
-            query["job"] = job_id
-    hub = request.GET.get("hub", "").strip()
-    if hub:
-        target = targets.hub_target(org, hub)
-        if target is None:
-            warn(request, "That hub revision is not here, or holds no adapter.")
-        else:
-            query["hub"] = hub
-            found.append(target)
-    artifact_id = request.GET.get("artifact", "").strip()
-    if artifact_id:
-        target = targets.artifact_target(org, artifact_id)
-        if target is None:
-            warn(request, "That checkpoint or adapter is not here.")
-        else:
-            query["artifact"] = artifact_id
-            if target.key not in {t.key for t in found}:
-                found.append(target)
     return found, query
 
 
