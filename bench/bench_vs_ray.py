@@ -32,6 +32,7 @@ script says so and exits 0. Targets (#20): 20 jobs ≤ 1.1 x Ray; terminate → 
 memory ≤ 0.5 x Ray; (#45) every line through the cursor API ≤ 2 x Ray.
 
     .venv/bin/python bench/bench_vs_ray.py     # BENCH_VS_RAY_REPEATS=9 for the full method
+    BENCH_VS_RAY_RUNTIME=podman .venv/bin/python bench/bench_vs_ray.py   # jobs in containers
     BENCH_VS_RAY_ONLY=lines .venv/bin/python bench/bench_vs_ray.py   # one path alone
 """
 
@@ -54,6 +55,9 @@ sys.path.insert(0, str(HERE))
 BENCH_DB = "trainyard_bench_vs_ray"
 REDIS_URL = os.environ.get("BENCH_VS_RAY_REDIS_URL", "redis://127.0.0.1:6379/11")
 REPEATS = int(os.environ.get("BENCH_VS_RAY_REPEATS", 3))
+# Where Trainyard's jobs run: `host` (the local provider's host runtime) or `podman` (a
+# container of the trainer image each, as on a multi-tenant host).
+RUNTIME = os.environ.get("BENCH_VS_RAY_RUNTIME", "host")
 LINES = 100_000
 POLL_S = 0.02
 # A re-read comes later than the first read: both systems' jobs have ended this long before.
@@ -130,10 +134,13 @@ class Trainyard:
         self.stack = stack
 
     def submit(self, command: list[str]) -> str:
+        from apps.providers.images import trainer_image
+
+        image = "local" if RUNTIME == "host" else trainer_image()
         body = {
             "name": "bench-vs-ray",
             "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
-            "container": {"image": "local", "command": command},
+            "container": {"image": image, "command": command},
         }
         response = self.session.post(
             self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=10
@@ -380,6 +387,7 @@ def main() -> int:
         return 0
     from live_stack import production_stack, setup_django, stop_runners, terminate_unfinished
 
+    os.environ["LOCAL_RUNTIME"] = RUNTIME  # the stack's, before Django reads its settings
     setup_django(BENCH_DB, REDIS_URL)
     from apps.accounts import services
     from apps.billing import ledger
