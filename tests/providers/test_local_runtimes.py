@@ -3,9 +3,11 @@ attempt, and the host runtime's tenancy and user."""
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import urllib.request
+import uuid
 
 import pytest
 
@@ -146,6 +148,18 @@ def test_only_the_host_runtime_is_single_tenant_and_an_operator_may_opt_out(sett
     assert not single_tenant(provider({"runtime": "podman"}))
 
 
+def test_an_image_removed_after_a_launch_found_it_is_reported_unavailable(podman_image, tmp_path):
+    podman = local_backend.container_runtime("podman")
+    image = f"localhost/trainyard-gone:{uuid.uuid4().hex[:8]}"
+    assert podman.cli("tag", podman_image, image).returncode == 0
+    podman.ensure_image(image, pull_timeout_s=10)  # found: not looked for again for a while
+    assert podman.cli("rmi", image).returncode == 0  # that name only: the image has others
+    spec = _spec(image=image, name=f"trainyard-gone-{uuid.uuid4().hex[:8]}", workdir=str(tmp_path))
+    with pytest.raises(containers.ImageUnavailable, match=image):
+        podman.run(spec, host_env=dict(os.environ))
+    assert podman.state(spec.name).status == "missing"
+
+
 @pytest.mark.live
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_launch_cut_off_before_its_handle_was_saved_adopts_the_container(
@@ -213,7 +227,8 @@ def test_a_host_runner_runs_as_nobody_for_good_and_cannot_read_the_control_plane
 def test_a_container_created_but_never_started_is_replaced_and_polled_as_lost(
     settings, tmp_path, live_server, podman_image
 ):
-    """What a `run` cut off between create and start leaves: never adopted as launched."""
+    """What a `run` cut off between create and start leaves (after the launch planned its
+    handle, as it does before any run): never adopted as launched."""
     settings.LOCAL_WORK_DIR = tmp_path / "work"
     Provider.objects.filter(name="local").update(config={"runtime": "podman"})
     org = OrganizationFactory(compute_enabled=True)
@@ -224,6 +239,11 @@ def test_a_container_created_but_never_started_is_replaced_and_polled_as_lost(
     podman = backend.containers
     created = podman.cli("create", "--name", name, *podman.run_args, podman_image, "true")
     assert created.returncode == 0, created.stderr
+    workdir = backend.workdir(request.job_id, request.attempt)
+    control_dir = workdir.parent / f"{workdir.name}{local_backend.CONTROL_DIR_SUFFIX}"
+    control_dir.mkdir(parents=True)
+    planned = {"runtime": "podman", "container": name, "workdir": str(workdir)}
+    (control_dir / local_backend.PLANNED_HANDLE).write_text(json.dumps(planned))
     stale = {"runtime": "podman", "container": name, "workdir": str(tmp_path / "w")}
     assert backend.poll(stale).state == "lost"
 

@@ -29,6 +29,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -41,6 +42,12 @@ CLI_TIMEOUT_S = 60.0
 INSPECT_BATCH = 500
 INSPECT_MANY_FORMAT = "{{json .Name}}\t{{json .State}}"
 NAME_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
+# An image found in the local store is not looked for again for this long (one `image
+# inspect` fewer per launch). A run that fails forgets it and looks: an image removed
+# meanwhile is reported unavailable (ImageUnavailable), as `ensure_image` would have.
+IMAGE_SEEN_TTL_S = 60.0
+# (binary, global args, image) -> when `image inspect` last found it.
+_images_seen: dict[tuple[str, tuple[str, ...], str], float] = {}
 # What a provider's config `network` may say. `isolated`: a network of the attempt's own with
 # a way out to the internet and none to the host's services (podman: slirp4netns, whose
 # guest cannot reach the host's loopback; docker: its default bridge, which reaches only
@@ -301,7 +308,11 @@ class ContainerRuntime:
         """The image is in the local store, or pulled now; ImageUnavailable if neither,
         ImageRefused (before any runtime call) if it is not a registry reference."""
         check_image_reference(image)
+        key = (self.binary, self.global_args, image)
+        if time.monotonic() - _images_seen.get(key, -IMAGE_SEEN_TTL_S) < IMAGE_SEEN_TTL_S:
+            return
         if self.cli("image", "inspect", image).returncode == 0:
+            _images_seen[key] = time.monotonic()
             return
         try:
             pulled = self.cli("pull", "--quiet", image, timeout=pull_timeout_s)
@@ -322,10 +333,13 @@ class ContainerRuntime:
             stdin=subprocess.DEVNULL,
         )
         if result.returncode != 0:
+            seen = _images_seen.pop((self.binary, self.global_args, spec.image), None)
             # `run` can leave the container created but never started: gone, so that no
             # later launch adopts it as running.
             self.remove(spec.name)
             message = _last_line(result.stderr) or f"{self.binary} run failed"
+            if seen is not None and self.cli("image", "inspect", spec.image).returncode != 0:
+                raise ImageUnavailable(spec.image, message)  # it left the store since
             if refused(result.returncode, message):
                 raise LaunchRefused(self.binary, message)
             raise ContainerError(message)

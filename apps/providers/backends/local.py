@@ -43,6 +43,7 @@ counts live attempts in the database).
 
 from __future__ import annotations
 
+import compileall
 import json
 import logging
 import os
@@ -234,16 +235,21 @@ class LocalBackend(Backend):
         containers = self.containers
         name = container_name(request.job_id, request.attempt)
         control_dir = workdir.parent / f"{workdir.name}{CONTROL_DIR_SUFFIX}"
-        state = containers.state(name)
-        if state.never_started:
-            containers.remove(name)
-        elif state.status != "missing":
-            planned = _read_json(control_dir / PLANNED_HANDLE)
-            return planned or {"runtime": self.runtime, "container": name, "workdir": str(workdir)}
+        # The planned handle is written before the container is run: without it no earlier
+        # launch got that far, and there is no container to look for.
+        planned = _read_json(control_dir / PLANNED_HANDLE)
+        if planned is not None:
+            state = containers.state(name)
+            if state.never_started:
+                containers.remove(name)
+            elif state.status != "missing":
+                return planned
         network = str(self.config.get("network") or "isolated")
         containers.network_args(network)  # an unknown network fails before anything starts
         containers.ensure_image(request.image, pull_timeout_s=settings.IMAGE_PULL_TIMEOUT_S)
-        control = self._start_control_socket(control_dir, bootstrap)
+        # The control socket starts while the container does (its runner retries a socket
+        # that is not there yet); the launch waits for both.
+        control = self._spawn_control_socket(control_dir, bootstrap)
         host_port = free_loopback_port()
         hub_cache = self.hub_cache(request)
         handle = {
@@ -260,7 +266,7 @@ class LocalBackend(Backend):
             name=name,
             image=request.image,
             workdir=str(workdir),
-            runner_dir=str(Path(protocol.__file__).resolve().parent),
+            runner_dir=str(_compiled_runner_dir()),
             env={
                 "PYTHONPATH": "/opt/trainyard",
                 "PYTHONUNBUFFERED": "1",
@@ -279,20 +285,25 @@ class LocalBackend(Backend):
             read_write={str(hub_cache): HUB_CACHE_MOUNT} if hub_cache else {},
             published=((host_port, SERVICE_PORT),) if network != "none" else (),
         )
+        started = False
         try:
             containers.run(spec, host_env=_cli_env())
+            started = True
+            _await_control_socket(control_dir, control)
         except Exception:
             token_file.unlink(missing_ok=True)  # no runner will read it
             _stop_control_socket(handle)
+            if started:
+                containers.remove(name)
             raise
         return handle
 
-    def _start_control_socket(self, control_dir: Path, bootstrap: Bootstrap) -> Handle:
-        """Serve the attempt's control socket (`runner.control_socket`) in `control_dir`,
+    def _spawn_control_socket(self, control_dir: Path, bootstrap: Bootstrap) -> Handle:
+        """Start the attempt's control socket (`runner.control_socket`) in `control_dir`,
         which the container mounts read-only: a detached process of its own that forwards
         only this job's runner calls to the control plane (or the provider's relay), as
-        nobody when we are root and nobody can run our interpreter. Waits until the socket
-        is there, so the runner's first call finds it."""
+        nobody when we are root and nobody can run our interpreter. Returns at once;
+        `_await_control_socket` waits until it serves."""
         control_dir.mkdir(parents=True, exist_ok=True)
         python = sys.executable
         argv = [python, "-m", "runner.control_socket", "--socket", SOCKET_NAME]
@@ -311,13 +322,6 @@ class LocalBackend(Backend):
             control = hostctl.spawn_runner(argv, control_dir, env, [], run_as)
         except OSError as exc:
             raise PermanentBackendError(f"could not start the control socket: {exc}") from exc
-        deadline = time.monotonic() + CONTROL_SOCKET_WAIT_S
-        while not (control_dir / SOCKET_NAME).exists():
-            if time.monotonic() > deadline or not procfs.alive(control["pid"]):
-                _stop_control_socket({"control": control})
-                tail = " / ".join(hostctl.log_tail(control_dir, 3))
-                raise PermanentBackendError(f"the control socket did not start: {tail}")
-            time.sleep(0.01)
         return control
 
     def _start_runner(
@@ -469,6 +473,28 @@ class LocalBackend(Backend):
 
     def offers(self) -> list[OfferInfo]:
         return [OfferInfo(accelerator="cpu", gpu_counts=[1], capacity=os.cpu_count() or 1)]
+
+
+@cache
+def _compiled_runner_dir() -> Path:
+    """The runner package, its bytecode compiled (once per process): a container mounts it
+    read-only, so its Python cannot cache what it compiles and would compile every module
+    at each start. Where the package is not writable it is used as it is."""
+    runner_dir = Path(protocol.__file__).resolve().parent
+    with suppress(OSError):
+        compileall.compile_dir(runner_dir, maxlevels=0, quiet=2)
+    return runner_dir
+
+
+def _await_control_socket(control_dir: Path, control: Handle) -> None:
+    """Wait until the control socket serves in `control_dir`; PermanentBackendError (with
+    the last lines of its log) when its process died or it took over CONTROL_SOCKET_WAIT_S."""
+    deadline = time.monotonic() + CONTROL_SOCKET_WAIT_S
+    while not (control_dir / SOCKET_NAME).exists():
+        if time.monotonic() > deadline or not procfs.alive(control["pid"]):
+            tail = " / ".join(hostctl.log_tail(control_dir, 3))
+            raise PermanentBackendError(f"the control socket did not start: {tail}")
+        time.sleep(0.005)
 
 
 def _stop_control_socket(handle: Handle) -> None:
