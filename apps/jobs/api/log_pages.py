@@ -10,6 +10,8 @@ schema says (and as `LogLineOut` would render them: `log_<id>`, timestamps in RF
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import orjson
 from django.http import HttpResponse
 
@@ -23,12 +25,20 @@ LOG_MAX_LIMIT = 10_000
 GZIP_MIN_BYTES = 4096
 
 
+def _stamp(value: str | datetime) -> str | datetime:
+    """A timestamp as `isoformat` writes it: no fraction when it has no microseconds."""
+    if isinstance(value, str) and value.endswith(".000000Z"):
+        return value[:-8] + "Z"
+    return value  # a datetime: orjson writes it so
+
+
 def log_page_body(rows: list[tuple], next_cursor: str | None, total: int) -> bytes:
-    """The page as JSON bytes; `rows` are (id, timestamp, source, stream, message, attempt)."""
+    """The page as JSON bytes; `rows` are (id, timestamp, source, stream, message, attempt),
+    the timestamp a datetime or its RFC 3339 text (`selectors.log_page`)."""
     data = [
         {
             "id": f"log_{line_id}",
-            "timestamp": timestamp,
+            "timestamp": _stamp(timestamp),
             "source": source,
             "stream": stream,
             "message": message,

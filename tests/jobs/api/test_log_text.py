@@ -3,6 +3,7 @@ rendered from rows exactly as the serializer would."""
 
 import gzip
 import json
+from datetime import UTC, datetime
 
 import pytest
 from rest_framework.renderers import JSONRenderer
@@ -84,12 +85,15 @@ def test_a_json_log_page_reads_as_the_serializer_renders_each_line(api, org):
     append_log(job, ["plain", 'tab\tquote" backslash\\ é ☃ \u2028 end', ""])
     append_log(job, ["the platform speaks"], source="system")
     LogLine.objects.filter(job=job, message="plain").update(stream="stderr")
+    whole_second = datetime(2026, 12, 6, 22, 0, 1, tzinfo=UTC)  # written without a fraction
+    LogLine.objects.filter(job=job, message="").update(timestamp=whole_second)
     response = api.get(f"/api/v1/compute/jobs/{job.public_id}/logs", {"limit": 10})
     assert response.status_code == 200 and response["Content-Type"] == "application/json"
     lines = LogLine.objects.filter(job=job).in_log_order()
     expected = json.loads(JSONRenderer().render(LogLineOut(lines, many=True).data))
     assert response.json() == {"data": expected, "next_cursor": None, "total": 4}
     assert [line["timestamp"][-1] for line in expected] == ["Z"] * 4
+    assert "2026-12-06T22:00:01Z" in [line["timestamp"] for line in expected]
 
 
 def test_a_large_json_log_page_is_gzipped_when_the_client_accepts_it(api, org):
