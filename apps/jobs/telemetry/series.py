@@ -111,8 +111,15 @@ def _admitted(samples: list[Sample], summary: dict) -> tuple[list[Sample], tuple
 
 def _supersede_earlier(job: Job, samples: list[Sample], summary: dict) -> None:
     """Mark the stored points these samples report again, and take them out of the counts.
-    Only steps the batch reports are read, from the (job, step) index: for a run that moves
-    forward that is the boundary step at most."""
+    Only steps the batch reports are read, from the (job, step) index, and only when one of
+    them is not past its series' latest: a run that moves forward reads nothing."""
+    if all(
+        sample.name not in summary or sample.step > summary[sample.name]["step"]
+        for sample in samples
+    ):
+        # Past each series' latest step (the summary's, kept by every write and recomputed
+        # by a resume): nothing stored reports these steps, and there is nothing to read.
+        return
     wanted = {(sample.name, sample.step) for sample in samples}
     steps = [sample.step for sample in samples]
     earlier = MetricSample.objects.filter(
