@@ -3,6 +3,8 @@
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from apps.jobs.telemetry import metrics
 from apps.jobs.telemetry.metrics import MAX_LINE_CHARS, ParsedMetric, parse_metric_line
@@ -407,3 +409,32 @@ def test_a_batch_with_a_metric_line_anywhere_is_parsed(line):
 def test_a_batch_of_plain_lines_is_known_to_hold_no_metric():
     batch = "\n".join(["1", "Downloading shards", " 10%|█ | 10/100 [00:01<00:09, 9.5it/s]"])
     assert not metrics.may_hold_metric_lines(batch)
+
+
+def _same(a, b) -> bool:
+    return repr(a) == repr(b)  # NaN equals itself as text
+
+
+@given(st.dictionaries(st.text(max_size=12), st.one_of(st.integers(), st.floats()), max_size=6))
+def test_a_printed_dict_of_numbers_reads_as_the_syntax_tree_reads_it(data):
+    line = repr(data)
+    fast = metrics._flat_number_dict(line)
+    assert _same(fast, metrics._literal_dict(line)) or fast is None
+    if all("'" not in key and "\\" not in repr(key)[1:-1] for key in data):
+        assert fast is not None  # the Trainer's lines take the cheap way
+
+
+@given(st.text(max_size=40))
+def test_any_line_the_cheap_reader_takes_reads_the_same_through_the_syntax_tree(inner):
+    line = "{" + inner + "}"
+    try:
+        fast = metrics._flat_number_dict(line)
+    except ValueError:
+        fast = "refused"
+    if fast is None:
+        return
+    try:
+        slow = metrics._literal_dict(line)
+    except Exception:
+        slow = "refused"
+    assert _same(fast, slow)
