@@ -66,3 +66,18 @@ def celery_broker_url(redis_url: str) -> str:
     if not redis_url.startswith("unix://"):
         return redis_url
     return "redis+socket://" + redis_url.removeprefix("unix://").replace("db=", "virtual_host=")
+
+
+def channel_layer_host(redis_url: str, *, connect_timeout_s: float) -> dict:
+    """The channel layer's connection options for `redis_url`: no socket timeout (see
+    config/settings.py), a bounded connect, and TCP keepalive where there is TCP. A
+    Unix-socket connection refuses the keepalive option (redis-py 8 raises TypeError on
+    every connect), which under `make run`'s own Redis failed every live push."""
+    host = {
+        "address": redis_url,
+        "socket_timeout": None,
+        "socket_connect_timeout": connect_timeout_s,
+    }
+    if not redis_url.startswith("unix://"):
+        host["socket_keepalive"] = True
+    return host

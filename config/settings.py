@@ -158,12 +158,9 @@ REDIS_URL = env_str("REDIS_URL", "") or local_redis.url(VAR_DIR)
 # a page that went away then popped every 5 s forever and its consumer never ended. Connects
 # still time out, and keepalive notices a peer that vanished.
 CHANNEL_LAYER_CONNECT_TIMEOUT_S = 5
-CHANNEL_LAYER_HOST = {
-    "address": REDIS_URL,
-    "socket_timeout": None,
-    "socket_connect_timeout": CHANNEL_LAYER_CONNECT_TIMEOUT_S,
-    "socket_keepalive": True,
-}
+CHANNEL_LAYER_HOST = local_redis.channel_layer_host(
+    REDIS_URL, connect_timeout_s=CHANNEL_LAYER_CONNECT_TIMEOUT_S
+)
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",

@@ -105,3 +105,39 @@ def test_a_redis_url_with_a_password_starts_one_that_requires_it(var_dir):
         sock.sendall(b"PING\r\n")
         assert wait_until(lambda: sock.recv(256), timeout=5).startswith(b"-NOAUTH")
     assert redis.Redis.from_url(url).ping()
+
+
+PUSH_AND_RECEIVE = """
+import asyncio, django
+django.setup()
+from channels.layers import get_channel_layer
+
+async def main():
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await layer.group_add("job-1", channel)
+    await layer.group_send("job-1", {"type": "job.update", "text": "status running"})
+    print(await asyncio.wait_for(layer.receive(channel), 10))
+
+asyncio.run(main())
+"""
+
+
+def test_live_pushes_go_through_make_runs_own_redis_on_its_unix_socket(var_dir):
+    """The job page's live updates travel through the channel layer; under `make run` that is
+    the stack's own Redis on a Unix socket, whose connections take no TCP options."""
+    env = _env(var_dir)
+    started = _ensure_redis(env)
+    assert started.returncode == 0, started.stdout + started.stderr
+
+    result = subprocess.run(
+        [sys.executable, "-c", PUSH_AND_RECEIVE],
+        cwd=ROOT,
+        env={**env, "DJANGO_SETTINGS_MODULE": "config.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "'text': 'status running'" in result.stdout
