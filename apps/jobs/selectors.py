@@ -168,13 +168,13 @@ def finite_or_none(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def series_entry(sample: MetricSample) -> dict:
+def series_entry(*, step: int, value: float | None, time: datetime, attempt: int) -> dict:
     """A series' latest point as `Job.metric_series` keeps it (without its `points`)."""
     return {
-        "step": sample.step,
-        "value": finite_or_none(sample.value),
-        "time": sample.time.astimezone(UTC).isoformat(),
-        "attempt": sample.attempt,
+        "step": step,
+        "value": finite_or_none(value),
+        "time": time.astimezone(UTC).isoformat(),
+        "attempt": attempt,
     }
 
 
@@ -187,7 +187,10 @@ def metric_series(job: Job) -> dict:
     summary = {}
     for name, points in counts.items():
         latest = live.filter(name=name).order_by("-step", "-id").first()
-        summary[name] = {**series_entry(latest), "points": points}
+        entry = series_entry(
+            step=latest.step, value=latest.value, time=latest.time, attempt=latest.attempt
+        )
+        summary[name] = {**entry, "points": points}
     return summary
 
 

@@ -1,4 +1,5 @@
-"""`update_rows`: the given fields of many rows in one statement, and nothing else."""
+"""`update_rows`: the given fields of many rows in one statement, and nothing else.
+`insert_rows`: new rows in one statement, the rest of their fields at their defaults."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.billing.models import Meter
-from apps.core.bulk import update_rows
+from apps.jobs.models import MetricPoint
+from apps.core.bulk import insert_rows, update_rows
 from apps.jobs.execution import dispatch
 from tests.jobs.helpers import make_job
 
@@ -62,4 +64,37 @@ def test_it_writes_a_null_over_a_value(org):
 def test_it_does_nothing_for_no_rows():
     with CaptureQueriesContext(connection) as queries:
         assert update_rows([], ["billed_minutes"]) == 0
+    assert len(queries) == 0
+
+
+def test_insert_rows_stores_each_rows_values_and_defaults_in_one_statement_in_order(org):
+    job = make_job(org)
+    before = timezone.now()
+    rows = [
+        (job.pk, 2, 7, 1.5, None, 2e-4, {"grad_norm": 0.5, "nested": {"a": [1, 2]}}),
+        (job.pk, 2, 8, None, 0.25, None, {}),
+        (job.pk, 2, 9, float("nan"), None, None, {"note": "ünïcode"}),
+    ]
+    fields = ("job", "attempt", "step", "loss", "epoch", "learning_rate", "extra")
+
+    with CaptureQueriesContext(connection) as queries:
+        ids = insert_rows(MetricPoint, fields, rows)
+
+    assert len(queries) == 1
+    stored = list(MetricPoint.objects.filter(pk__in=ids).order_by("pk"))
+    assert [point.pk for point in stored] == ids == sorted(ids)
+    assert [(p.step, p.loss, p.epoch, p.learning_rate, p.extra) for p in stored[:2]] == [
+        (7, 1.5, None, 2e-4, {"grad_norm": 0.5, "nested": {"a": [1, 2]}}),
+        (8, None, 0.25, None, {}),
+    ]
+    assert stored[2].loss != stored[2].loss  # NaN kept
+    assert stored[2].extra == {"note": "ünïcode"}
+    assert all(p.job_id == job.pk and p.attempt == 2 for p in stored)
+    # Fields not given take their defaults.
+    assert all(p.superseded is False and p.created_at >= before for p in stored)
+
+
+def test_insert_rows_does_nothing_for_no_rows():
+    with CaptureQueriesContext(connection) as queries:
+        assert insert_rows(MetricPoint, ("job", "step"), []) == []
     assert len(queries) == 0

@@ -124,8 +124,9 @@ def resume_steps(job: Job) -> list[int]:
 
 
 def window_rows(job: Job) -> list[Row]:
-    events = list(JobEvent.objects.filter(job=job).order_by("-id")[:WINDOW])
-    metrics = list(MetricPoint.objects.filter(job=job).order_by("-id")[:WINDOW])
+    events = list(JobEvent.objects.filter(job=job).order_by("-id")[:WINDOW])[::-1]
+    metrics = list(MetricPoint.objects.filter(job=job).order_by("-id")[:WINDOW])[::-1]
+    # Oldest first, by id within a time: a batch's metric points share their created_at.
     rows = sorted(chain(map(event_row, events), map(metric_row, metrics)), key=lambda row: row.time)
     return rows[-WINDOW:]
 

@@ -33,6 +33,7 @@ import psycopg.errors
 from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 from django.db.models import Max
 
+from apps.core.bulk import insert_rows
 from apps.core.errors import InvalidRequest, NotFound
 from apps.core.transactions import after_commit
 from apps.jobs import services
@@ -556,6 +557,9 @@ def _is_port(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 65535
 
 
+_POINT_FIELDS = ("job", "attempt", "step", "loss", "epoch", "learning_rate", "extra")
+
+
 def _store_metrics(job: Job, attempt: int, inserted, times, dropped: _Dropped) -> list[int]:
     """MetricPoints (the lines as printed) and their named samples (`series`). A line without
     a step is numbered: a training line (it has a `loss`) takes the next step; any other (a
@@ -593,15 +597,7 @@ def _store_metrics(job: Job, attempt: int, inserted, times, dropped: _Dropped) -
         next_step = step + 1 if metric.loss is not None or metric.step is not None else next_step
         samples += series.samples_of(metric, step=step, time=times[seq])
         points.append(
-            MetricPoint(
-                job=job,
-                attempt=attempt,
-                step=step,
-                loss=metric.loss,
-                epoch=metric.epoch,
-                learning_rate=metric.learning_rate,
-                extra=metric.extra,
-            )
+            (job.pk, attempt, step, metric.loss, metric.epoch, metric.learning_rate, metric.extra)
         )
     if past_last_step:
         dropped.add(
@@ -611,7 +607,7 @@ def _store_metrics(job: Job, attempt: int, inserted, times, dropped: _Dropped) -
         )
     if not points:
         return []
-    ids = [point.pk for point in MetricPoint.objects.bulk_create(points)]
+    ids = insert_rows(MetricPoint, _POINT_FIELDS, points)
     refused = series.record(job, attempt, samples).refused_names
     if refused:
         names = ", ".join(_shown(repr(name)) for name in refused[:MAX_DROP_NOTES])

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from apps.core.bulk import insert_rows
 from apps.jobs.models import Job, MetricSample
 from apps.jobs.selectors import series_entry
 from apps.jobs.telemetry.metrics import ParsedMetric
@@ -67,25 +68,21 @@ def record(job: Job, attempt: int, samples: list[Sample]) -> RecordResult:
     if not kept:
         return RecordResult(0, refused)
     _supersede_earlier(job, kept, summary)
-    created = MetricSample.objects.bulk_create(
-        MetricSample(
-            job=job,
-            attempt=attempt,
-            step=sample.step,
-            name=sample.name,
-            value=sample.value,
-            time=sample.time,
-        )
-        for sample in kept
+    insert_rows(
+        MetricSample,
+        ("job", "attempt", "step", "name", "value", "time"),
+        [(job.pk, attempt, sample.step, sample.name, sample.value, sample.time) for sample in kept],
     )
-    for sample in created:
+    for sample in kept:
         entry = summary.get(sample.name)
         points = (entry["points"] if entry else 0) + 1
         if entry is None or sample.step >= entry["step"]:
-            entry = series_entry(sample)
+            entry = series_entry(
+                step=sample.step, value=sample.value, time=sample.time, attempt=attempt
+            )
         summary[sample.name] = {**entry, "points": points}
     Job.objects.filter(pk=job.pk).update(metric_series=summary)
-    return RecordResult(len(created), refused)
+    return RecordResult(len(kept), refused)
 
 
 def _last_per_step(samples: list[Sample]) -> list[Sample]:
