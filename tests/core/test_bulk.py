@@ -11,9 +11,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.billing.models import Meter
-from apps.jobs.models import MetricPoint
 from apps.core.bulk import insert_rows, update_rows
 from apps.jobs.execution import dispatch
+from apps.jobs.models import MetricPoint
 from tests.jobs.helpers import make_job
 
 pytestmark = pytest.mark.django_db
