@@ -9,13 +9,15 @@ statement whatever the row count. Elsewhere (SQLite under `make run`) it is `bul
 
 `insert_rows` is the same for new rows, in place of `bulk_create`, which builds a model
 instance per row and prepares every value of every field in Python: for the hundred metric
-points and samples of a log batch, more time than the INSERT took.
+points and samples of a log batch, more time than the INSERT took. Its arrays go in binary,
+through psycopg's own cursor, so Django's query log (`CaptureQueriesContext`) does not see it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import psycopg
 from django.db import connection, models
 
 # Fields whose Python values psycopg sends as they are: nothing to prepare per value.
@@ -89,8 +91,12 @@ def insert_rows(
     columns = [*given, *defaulted]
     qn = connection.ops.quote_name
     names = ", ".join(qn(field.column) for field in columns)
-    casts = ", ".join(f"%s::{field.db_type(connection)}[]" for field in columns)
-    with connection.cursor() as cursor:
+    casts = ", ".join(f"%b::{field.db_type(connection)}[]" for field in columns)
+    connection.ensure_connection()
+    # psycopg's own cursor sends the arrays in binary (%b), where Django's spells every
+    # value out in the SQL text: half the statement's time for a hundred rows.
+    # Its errors are raised as Django's (DataError, IntegrityError), as from any query.
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
         # Rows are inserted, and take ids from the sequence, in the order unnest gives them.
         cursor.execute(
             f"INSERT INTO {qn(meta.db_table)} ({names}) SELECT * FROM unnest({casts}) "
