@@ -24,7 +24,7 @@ from apps.accounts.models import ApiKey, Organization, User
 from apps.billing import budgets as billing_budgets
 from apps.billing import holds, usage
 from apps.core.api_errors import first_validation_error
-from apps.core.errors import ApiError, Conflict, InvalidRequest, NotFound
+from apps.core.errors import ApiError, Conflict, InvalidRequest, NotFound, TenantDisabled
 from apps.core.transactions import atomic_joining
 from apps.jobs import ceilings, enqueue, states
 from apps.jobs.events import JobEventType
@@ -46,8 +46,9 @@ class WaitingJobsLimit(ApiError):
     default_detail = "This organization has too many jobs waiting to be placed."
 
 
-def _check_waiting_limit(organization: Organization, *, lock: bool = True) -> None:
-    """At most MAX_WAITING_JOBS_PER_ORG of an organization's jobs wait in `requested`.
+def _check_may_submit(organization: Organization, *, lock: bool = True) -> None:
+    """The organization may use compute (TenantDisabled otherwise), and at most
+    MAX_WAITING_JOBS_PER_ORG of its jobs wait in `requested`.
     The organization's row is locked, so concurrent submits cannot both take the last
     place; the count comes from the per-state counters, not from counting jobs.
 
@@ -57,7 +58,18 @@ def _check_waiting_limit(organization: Organization, *, lock: bool = True) -> No
     for the organization), and a submit waiting on that dispatch's counter row deadlocked
     with it."""
     if lock:
-        Organization.objects.select_for_update(no_key=True).filter(pk=organization.pk).first()
+        compute_enabled = (
+            Organization.objects.select_for_update(no_key=True)
+            .filter(pk=organization.pk)
+            .values_list("compute_enabled", flat=True)
+            .first()
+        )
+    else:
+        compute_enabled = organization.compute_enabled
+    # The gate every way in passes (API, New Job form, Playground, endpoint deploy), read
+    # from the locked row: an admin switching compute off mid-submit is decided here.
+    if not compute_enabled:
+        raise TenantDisabled()
     waiting = (
         JobCounter.objects.filter(organization=organization, state=JobState.REQUESTED).aggregate(
             total=Sum("count")
@@ -202,7 +214,7 @@ def _create(
             project_id=project.pk,
             first_minute_micros=first_minute_micros,
         )
-        _check_waiting_limit(organization)
+        _check_may_submit(organization)
         holds.place_hold(
             organization_id=organization.pk,
             project_id=project.pk,
@@ -245,9 +257,10 @@ def job_plan(
     *, organization: Organization, payload: object, kind: str = Job.Kind.CONTAINER
 ) -> PlannedJob:
     """A dry run of `job_create`: the same checks in the same order, raising the same
-    errors (400 invalid request, 404 project, 422 ceilings, 402 budget, 429 waiting limit),
-    and the unsaved job it would create. Writes nothing (not even the default project)
-    and locks nothing, so a submit a moment later may still be refused."""
+    errors (400 invalid request, 404 project, 422 ceilings, 402 budget, 403 compute
+    disabled, 429 waiting limit), and the unsaved job it would create. Writes nothing (not
+    even the default project) and locks nothing, so a submit a moment later may still be
+    refused."""
     spec = validate_job_request(organization=organization, payload=payload)
     project_id = spec.pop("project")
     if project_id:
@@ -262,7 +275,7 @@ def job_plan(
         project_id=project.pk if project else None,
         first_minute_micros=first_minute_micros,
     )
-    _check_waiting_limit(organization, lock=False)
+    _check_may_submit(organization, lock=False)
     return PlannedJob(_job_of(organization, project, spec, kind), hold_micros)
 
 

@@ -84,6 +84,8 @@ def server_for(
     without compute, StartNotAllowed when a start is needed and `may_start` is False (a
     viewer: starting is a billed write), and job_create's errors (a budget, the
     waiting-jobs limit)."""
+    # Also checked here, not only by job_create: without compute a running server is not
+    # used either.
     if not organization.compute_enabled:
         raise TenantDisabled()
     base_model = base_model.strip()

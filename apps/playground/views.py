@@ -245,9 +245,6 @@ def playground_deploy(request: HttpRequest, org_slug: str, project_slug: str) ->
         messages.error(request, "Pick a final adapter or a checkpoint to deploy.")
         return redirect(back)
     back += f"?artifact={target.value}"
-    if not org.compute_enabled:
-        messages.error(request, "Compute is not enabled for this organization yet.")
-        return redirect(back)
     try:
         endpoint = serving_services.endpoint_create(
             organization=org,

@@ -27,7 +27,7 @@ def test_a_submit_and_a_dispatch_of_one_organization_do_not_deadlock(org):
     def submit() -> None:
         try:
             with transaction.atomic():
-                services._check_waiting_limit(org)  # locks the organization's row
+                services._check_may_submit(org)  # locks the organization's row
                 org_locked.set()
                 counter_moved.wait(10)
                 writes.count(job, None, JobState.REQUESTED)  # waits for the dispatch
