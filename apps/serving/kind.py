@@ -10,12 +10,11 @@
 
 from __future__ import annotations
 
-from celery import current_app
 from django.utils.crypto import salted_hmac
 
 from apps.jobs.kinds import JobKind
 from apps.jobs.models import Attempt, Job
-from apps.serving import payloads
+from apps.serving import enqueue, payloads
 from runner import protocol
 
 HOST_PATH_PREFIXES = ("/", "./", "../", "~")
@@ -49,6 +48,6 @@ class Serve(JobKind):
     def service_ready(self, job: Job, attempt: int, port: int) -> None:
         serves_for = payloads.serves_for(job)
         if serves_for.startswith("endpoint:"):
-            current_app.send_task("serving.sync_endpoint", args=[job.pk])
+            enqueue.sync_endpoint(job.pk)
         elif serves_for == payloads.PLAYGROUND:
-            current_app.send_task("playground.server_ready", args=[job.pk])
+            enqueue.playground_server_ready(job.pk)

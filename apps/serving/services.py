@@ -21,7 +21,6 @@ import logging
 import re
 from dataclasses import dataclass
 
-from celery import current_app
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -37,7 +36,7 @@ from apps.jobs import services as job_services
 from apps.jobs.artifacts.store import artifact_pk
 from apps.jobs.models import Artifact, Job
 from apps.projects.models import Project
-from apps.serving import adapters, engine_client, live, payloads
+from apps.serving import adapters, engine_client, enqueue, live, payloads
 from apps.serving.engine_client import EngineAddress, EngineRefused, EngineUnavailable
 from apps.serving.models import Endpoint, EndpointRevision, Promotion
 from runner.protocol import hub_reference
@@ -355,7 +354,7 @@ def endpoint_stop(*, endpoint: Endpoint) -> Endpoint:
 
 
 def _sync_soon(endpoint_id: int) -> None:
-    current_app.send_task("serving.sync_endpoint_by_id", args=[endpoint_id])
+    enqueue.sync_endpoint_by_id(endpoint_id)
 
 
 def endpoint_sync(endpoint_id: int) -> None:

@@ -1,22 +1,52 @@
-"""The domain starts tasks by their registered names (`apps.jobs.enqueue`): a renamed or
-missing task must fail here, not in production with a message nobody consumes."""
+"""The domain starts tasks by their registered names (`apps.jobs.enqueue`, and each app's own
+`enqueue` module): a renamed or missing task must fail here, not in production with a message
+nobody consumes."""
 
+import importlib
 import json
+from pathlib import Path
 
 import pytest
 import redis
 from django.db import transaction
 
+import apps
 from apps.jobs import enqueue
 from config.celery import app
 
 
-def test_every_name_the_domain_sends_is_a_registered_task():
+def _enqueue_modules() -> list:
+    """Every app's `enqueue` module: where the domain names the tasks it sends."""
+    apps_dir = Path(apps.__file__).parent
+    names = sorted(path.parent.name for path in apps_dir.glob("*/enqueue.py"))
+    return [importlib.import_module(f"apps.{name}.enqueue") for name in names]
+
+
+def test_every_name_any_app_sends_is_a_registered_task():
     app.loader.import_default_modules()  # what a worker does at start: autodiscovery
+    modules = _enqueue_modules()
 
-    missing = [name for name in enqueue.TASK_NAMES if name not in app.tasks]
+    missing = [
+        (module.__name__, name)
+        for module in modules
+        for name in module.TASK_NAMES
+        if name not in app.tasks
+    ]
 
+    assert {module.__name__ for module in modules} >= {"apps.jobs.enqueue", "apps.serving.enqueue"}
     assert missing == []
+
+
+def test_no_app_sends_a_task_by_a_name_spelled_outside_its_enqueue_module():
+    """`send_task("...")` anywhere else would bypass the registration check above."""
+    apps_dir = Path(apps.__file__).parent
+    senders = sorted(
+        str(path.relative_to(apps_dir.parent))
+        for path in apps_dir.rglob("*.py")
+        if "send_task(" in path.read_text() and path.name != "enqueue.py"
+    )
+
+    assert senders == []
 
 
 def test_the_tasks_are_registered_under_exactly_those_names():
