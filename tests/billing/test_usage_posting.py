@@ -13,7 +13,7 @@ from apps.billing import ledger
 from apps.billing.models import Meter, Transfer
 from apps.billing.usage import burn_micros_hr
 from apps.jobs import services
-from apps.jobs.execution import attempts, dispatch, limits, supervision
+from apps.jobs.execution import attempts, dispatch, limits, reports, supervision
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState
 from tests.jobs.helpers import make_job
@@ -112,9 +112,9 @@ def test_a_job_that_ends_bills_exactly_its_usage_transfers(org):
     job, attempt = _allocated(org)
     services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
     Attempt.objects.filter(pk=attempt.pk).update(launched_at=timezone.now(), handle={"pid": 0})
-    supervision.runner_started(attempt.pk)
+    reports.runner_started(attempt.pk)
     _age(attempt, 12.3)
-    supervision.runner_exited(attempt.pk, 0)
+    reports.runner_exited(attempt.pk, 0)
     supervision.finalize(job.pk)
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED

@@ -12,7 +12,7 @@ from django.test import Client
 from apps.finetunes import payloads
 from apps.hub import repos as hub_repos
 from apps.jobs import services
-from apps.jobs.execution import dispatch, supervision
+from apps.jobs.execution import dispatch, reports, supervision
 from apps.jobs.models import Artifact, Job, JobEvent
 from apps.jobs.states import JobState
 from apps.jobs.telemetry import ingestion
@@ -218,7 +218,7 @@ def test_a_failed_self_grading_fails_the_job_grading_failed(org, project):
         "eval_loss_after": "nan",
         "passed": False,
     }
-    supervision.runner_exited(attempt.pk, protocol.EXIT_GRADING_FAILED)
+    reports.runner_exited(attempt.pk, protocol.EXIT_GRADING_FAILED)
     supervision.finalize(job.pk)
     job.refresh_from_db()
     assert (job.state, job.reason) == (JobState.FAILED, "grading_failed")
@@ -228,7 +228,7 @@ def test_exit_code_3_of_a_container_job_is_just_an_exit_code(org):
     job = make_job(org)
     attempt = dispatch.allocate(job.pk)
     services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
-    supervision.runner_exited(attempt.pk, 3)
+    reports.runner_exited(attempt.pk, 3)
     supervision.finalize(job.pk)
     assert Job.objects.get(pk=job.pk).reason == "exit_code_3"
 

@@ -9,7 +9,7 @@ from datetime import timedelta
 from django.utils import timezone
 
 from apps.jobs import services
-from apps.jobs.execution import dispatch, supervision
+from apps.jobs.execution import dispatch, reports
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState as S
 
@@ -72,7 +72,7 @@ def running(job: Job, *, started_minutes_ago: float = 1, handle: dict | None = N
     Attempt.objects.filter(pk=attempt.pk).update(
         launched_at=timezone.now(), handle=handle or {"pid": 0, "pgid": 0, "workdir": "/none"}
     )
-    supervision.runner_started(attempt.pk)
+    reports.runner_started(attempt.pk)
     Attempt.objects.filter(pk=attempt.pk).update(
         started_at=timezone.now() - timedelta(minutes=started_minutes_ago)
     )

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from apps.core.errors import InvalidRequest
 from apps.jobs.artifacts import store
-from apps.jobs.execution import supervision
+from apps.jobs.execution import reports
 from apps.jobs.execution.attempts import AttemptSuperseded
 from apps.jobs.execution.tokens import hub_token_for
 from apps.jobs.kinds import WORKDIR_INVALID, hooks_for
@@ -61,12 +61,12 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     except InvalidRequest as exc:
         # A secret or key it names was deleted since: permanent. The job fails now, and the
         # 409 stops the runner (exit 0) before any workload starts.
-        supervision.secret_env_unresolvable(attempt.pk, secret_env, exc)
+        reports.secret_env_unresolvable(attempt.pk, secret_env, exc)
         raise AttemptSuperseded(attempt.pk) from exc
     except SecretEnvUndecryptable as exc:
         # SECRETS_KEYS lost the secret's key: as permanent as a deleted secret, and said
         # once in the job's reason instead of a traceback at every retry.
-        supervision.secret_env_undecryptable(attempt.pk, exc)
+        reports.secret_env_undecryptable(attempt.pk, exc)
         raise AttemptSuperseded(attempt.pk) from exc
     mask = [value for value in secret_values.values() if value]
     hub, hub_env = _hub_access(attempt, {**container.get("env", {}), **secret_values})
@@ -77,7 +77,7 @@ def spec(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     workdir = job_workdir(job)
     if job_workdir_id(job) is not None and workdir is None:
         # The archive is gone (deleted with its organization's data): permanent.
-        supervision.spec_unservable(
+        reports.spec_unservable(
             attempt.pk,
             reason=WORKDIR_INVALID,
             message=(
@@ -134,14 +134,14 @@ def started(request: HttpRequest, attempt: Attempt) -> JsonResponse:
             f"resumed_from_step must be a whole number from 0 to {MAX_INTEGER}.",
             param="resumed_from_step",
         )
-    return JsonResponse({"order": supervision.runner_started(attempt.pk, step)})
+    return JsonResponse({"order": reports.runner_started(attempt.pk, step)})
 
 
 @require_POST
 @runner_endpoint
 def heartbeat(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     # The attempt and its job are loaded already (authentication): the beat is one UPDATE.
-    return JsonResponse({"order": supervision.runner_heartbeat(attempt)})
+    return JsonResponse({"order": reports.runner_heartbeat(attempt)})
 
 
 @require_POST
@@ -157,5 +157,5 @@ def exit_(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     # A late report of an old attempt has nothing left to do, and nothing to undo.
     if attempt.ended_at is None:
         with suppress(AttemptSuperseded):
-            supervision.runner_exited(attempt.pk, code)
+            reports.runner_exited(attempt.pk, code)
     return JsonResponse({"ok": True})

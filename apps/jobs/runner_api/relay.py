@@ -27,7 +27,7 @@ from django.views.decorators.http import require_POST
 
 from apps.core.api_errors import error_body
 from apps.core.errors import ApiError, InvalidRequest
-from apps.jobs.execution import supervision
+from apps.jobs.execution import reports
 from apps.jobs.execution.attempts import AttemptSuperseded
 from apps.jobs.execution.tokens import nonce_from
 from apps.jobs.models import Attempt
@@ -162,16 +162,16 @@ def _store_batches(batches: dict[int, ingestion.Batch], results: list) -> None:
             {
                 "accepted": outcome.accepted,
                 "duplicates": outcome.duplicates,
-                "order": supervision.order_for(attempt.job, attempt),
+                "order": reports.order_for(attempt.job, attempt),
             },
         )
-    supervision.runners_heard(heard)
+    reports.runners_heard(heard)
 
 
 def _record_beats(beats: dict[int, Attempt], results: list) -> None:
-    live = supervision.runner_heartbeats(list(beats.values()))
+    live = reports.runner_heartbeats(list(beats.values()))
     for index, attempt in beats.items():
         if attempt.pk in live:
-            results[index] = _answer(200, {"order": supervision.order_for(attempt.job, attempt)})
+            results[index] = _answer(200, {"order": reports.order_for(attempt.job, attempt)})
         else:
             results[index] = _failed(AttemptSuperseded(attempt.pk))

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from apps.core.pagination import encode_cursor
 from apps.jobs import services
-from apps.jobs.execution import dispatch, supervision
+from apps.jobs.execution import dispatch, reports
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState
@@ -287,10 +287,10 @@ def test_a_resume_leaves_out_the_points_it_trains_again(api, org, slots):
     first.send(*NANOGPT)
     first.send("step 30: train loss 2.3000, val loss 2.4000")  # evaluated, never checkpointed
     Attempt.objects.filter(job=job, number=1).update(reclaim_reason="reclaimed")
-    supervision.runner_exited(Attempt.objects.get(job=job, number=1).pk, 143)
+    reports.runner_exited(Attempt.objects.get(job=job, number=1).pk, 143)
     second = dispatch.allocate(job.pk)
     services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
-    supervision.runner_started(second.pk, resumed_from_step=20)
+    reports.runner_started(second.pk, resumed_from_step=20)
 
     # Before attempt 2 reports anything, step 30 is already gone.
     assert series(api, job, "val_loss") == [(0, 4.2), (20, 2.64)]

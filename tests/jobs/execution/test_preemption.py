@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from apps.catalog.models import Offer
 from apps.jobs import services
-from apps.jobs.execution import attempts, dispatch, supervision
+from apps.jobs.execution import attempts, dispatch, reports, supervision
 from apps.jobs.live import partials
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, MetricPoint
 from apps.jobs.states import JobState
@@ -33,7 +33,7 @@ def state(job: Job) -> str:
 def reclaimed(attempt: Attempt) -> None:
     """What a provider's reclaim does: recorded on the attempt, then SIGTERM, exit 143."""
     Attempt.objects.filter(pk=attempt.pk).update(reclaim_reason="reclaimed")
-    supervision.runner_exited(attempt.pk, 143)
+    reports.runner_exited(attempt.pk, 143)
 
 
 def test_a_standard_job_displaces_the_most_recently_started_preemptible_attempt(org, slots):
@@ -47,8 +47,8 @@ def test_a_standard_job_displaces_the_most_recently_started_preemptible_attempt(
     older.refresh_from_db()
     assert newer.preempted_by_id == standard.pk and newer.preempt_requested_at is not None
     assert older.preempt_requested_at is None
-    assert supervision.runner_heartbeat(newer.pk) == "checkpoint_and_exit"
-    assert supervision.runner_heartbeat(older.pk) == "continue"
+    assert reports.runner_heartbeat(newer.pk) == "checkpoint_and_exit"
+    assert reports.runner_heartbeat(older.pk) == "continue"
     told = JobEvent.objects.get(job=newer.job, type="preemption_requested")
     assert told.data == {"preempted_by": standard.public_id}
     assert JobEvent.objects.filter(job=standard, type="preempting").count() == 1
@@ -85,7 +85,7 @@ def test_the_freed_slot_is_held_for_the_displacing_job_then_the_victim_runs_agai
     dispatch.allocate(standard.pk)
 
     # SIGUSR1: the workload saved and exited 0; that is a preemption, not a success.
-    supervision.runner_exited(victim.pk, 0)
+    reports.runner_exited(victim.pk, 0)
     job = Job.objects.get(pk=victim.job_id)
     assert job.state == JobState.PREEMPTED and job.reason == "preempted_by"
     assert job.preemption_count == 1
@@ -119,7 +119,7 @@ def test_a_preempted_job_waits_past_the_no_capacity_timeout(org, slots, settings
     victim = running(submit(org, slots, priority="preemptible"))
     standard = submit(org, slots)
     dispatch.allocate(standard.pk)
-    supervision.runner_exited(victim.pk, 0)
+    reports.runner_exited(victim.pk, 0)
     settings.NO_CAPACITY_TIMEOUT_S = 0
     dispatch.allocate(victim.job_id)
     assert state(victim.job) == JobState.PREEMPTED
@@ -137,7 +137,7 @@ def test_a_reclaim_preempts_the_job(org, slots, mark, exit_code, reason):
     slots(1)
     attempt = running(submit(org, slots))
     Attempt.objects.filter(pk=attempt.pk).update(**mark)
-    supervision.runner_exited(attempt.pk, exit_code)
+    reports.runner_exited(attempt.pk, exit_code)
     job = Job.objects.get(pk=attempt.job_id)
     assert (job.state, job.reason) == (JobState.PREEMPTED, reason)
     assert Attempt.objects.get(pk=attempt.pk).end_reason == "reclaimed"
@@ -148,7 +148,7 @@ def test_an_exit_143_nobody_reported_is_the_workloads_own_and_fails_the_job(org,
     # a reclaim, it would run again, PREEMPTION_MAX_PER_JOB times, each attempt nearly free.
     slots(1)
     attempt = running(submit(org, slots))
-    supervision.runner_exited(attempt.pk, 143)
+    reports.runner_exited(attempt.pk, 143)
     supervision.finalize(attempt.job_id)
     job = Job.objects.get(pk=attempt.job_id)
     assert (job.state, job.reason, job.exit_code) == (JobState.FAILED, "exit_code_143", 143)
@@ -166,9 +166,9 @@ def test_on_a_batch_scheduler_a_stop_nobody_asked_for_waits_for_the_schedulers_w
     slots(1)
     attempt = running(submit(org, slots))
     Provider.objects.filter(pk=attempt.provider_id).update(kind=Provider.Kind.SLURM)
-    supervision.runner_exited(attempt.pk, exit_code)
+    reports.runner_exited(attempt.pk, exit_code)
     assert state(attempt.job) == JobState.RUNNING  # not failed on the runner's word
-    supervision.runner_exited(attempt.pk, exit_code, confirmed=True)  # Slurm: it exited
+    reports.runner_exited(attempt.pk, exit_code, confirmed=True)  # Slurm: it exited
     supervision.finalize(attempt.job_id)
     job = Job.objects.get(pk=attempt.job_id)
     assert (job.state, job.reason) == (JobState.FAILED, f"exit_code_{exit_code}")
@@ -178,7 +178,7 @@ def test_an_exit_143_after_a_displacement_is_a_preemption(org, slots):
     slots(1)
     victim = running(submit(org, slots, priority="preemptible"))
     dispatch.allocate(submit(org, slots).pk)
-    supervision.runner_exited(victim.pk, 143)
+    reports.runner_exited(victim.pk, 143)
     job = Job.objects.get(pk=victim.job_id)
     assert (job.state, job.reason) == (JobState.PREEMPTED, "preempted_by")
 
@@ -187,11 +187,11 @@ def test_an_exit_143_we_asked_for_is_a_termination_and_an_exit_1_a_failure(org, 
     slots(2)
     terminated = running(submit(org, slots))
     services.job_terminate(job=terminated.job)
-    supervision.runner_exited(terminated.pk, 143)
+    reports.runner_exited(terminated.pk, 143)
     supervision.finalize(terminated.job_id)
     assert state(terminated.job) == JobState.TERMINATED
     failed = running(submit(org, slots))
-    supervision.runner_exited(failed.pk, 1)
+    reports.runner_exited(failed.pk, 1)
     supervision.finalize(failed.job_id)
     assert state(failed.job) == JobState.FAILED
 
@@ -203,7 +203,7 @@ def test_a_finetune_that_finished_its_adapter_while_told_to_stop_succeeds(org, s
     Artifact.objects.create(
         job=victim.job, attempt=1, kind="adapter", sha256="0" * 64, storage_path="a"
     )
-    supervision.runner_exited(victim.pk, 0)
+    reports.runner_exited(victim.pk, 0)
     supervision.finalize(victim.job_id)
     assert state(victim.job) == JobState.SUCCEEDED
 
@@ -232,7 +232,7 @@ def test_a_resumed_attempt_supersedes_the_steps_it_trains_again(org, slots):
     reclaimed(first)
     second = dispatch.allocate(job.pk)
     services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
-    supervision.runner_started(second.pk, resumed_from_step=5)
+    reports.runner_started(second.pk, resumed_from_step=5)
     for step in (6, 7, 8):
         MetricPoint.objects.create(job=job, attempt=2, step=step, loss=1.0)
 
@@ -252,7 +252,7 @@ def test_a_restart_without_a_checkpoint_says_so_and_supersedes_every_step(org, s
     reclaimed(first)
     second = dispatch.allocate(job.pk)
     services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
-    supervision.runner_started(second.pk, resumed_from_step=None)
+    reports.runner_started(second.pk, resumed_from_step=None)
     restart = JobEvent.objects.get(job=job, type="restarted_from_beginning")
     assert "starts from the beginning" in restart.message
     assert partials.initial_chart(job) == []

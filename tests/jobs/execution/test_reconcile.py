@@ -22,7 +22,7 @@ from django.utils import timezone
 from apps.accounts import services as account_services
 from apps.catalog.models import Offer
 from apps.jobs import services
-from apps.jobs.execution import attempts, capacity, dispatch, reconcile, supervision
+from apps.jobs.execution import attempts, capacity, dispatch, reconcile, reports, supervision
 from apps.jobs.models import Attempt, Job
 from apps.jobs.states import JobState
 from runner import procfs
@@ -200,7 +200,7 @@ def test_a_silent_runner_that_just_beat_is_not_killed(org, slots, runners, setti
     stale = timezone.now() - timedelta(seconds=5)
     Attempt.objects.filter(pk=attempt.pk).update(last_heartbeat_at=stale)
     live = list(Attempt.objects.filter(pk=attempt.pk).select_related("provider", "job"))
-    supervision.runner_heartbeat(attempt.pk)  # the beat arrives after the pass's query
+    reports.runner_heartbeat(attempt.pk)  # the beat arrives after the pass's query
 
     supervision.supervise_many(live)
 

@@ -12,7 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.jobs import services
-from apps.jobs.execution import supervision
+from apps.jobs.execution import reports, supervision
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
 from apps.jobs.runner_api.auth import TOKEN_GRACE_AFTER_END_S
@@ -116,7 +116,7 @@ def test_every_entry_is_stored_and_answered_as_its_own_call_would_be(attempts):
 def test_one_entrys_refusal_is_its_own_and_the_others_are_stored(attempts, org, room):
     first, second, third = attempts
     ended = _live_attempt(org, room)
-    supervision.runner_exited(ended.pk, 0)
+    reports.runner_exited(ended.pk, 0)
     supervision.finalize(ended.job_id)
     entries = [
         _logs(first, ["kept"]),
@@ -180,7 +180,7 @@ def test_the_answer_carries_each_runners_order(attempts):
 
 def test_a_token_past_its_grace_opens_nothing_in_a_bundle(attempts):
     first, second, _ = attempts
-    supervision.runner_exited(first.pk, 0)
+    reports.runner_exited(first.pk, 0)
     Attempt.objects.filter(pk=first.pk).update(
         ended_at=timezone.now() - timedelta(seconds=TOKEN_GRACE_AFTER_END_S + 1)
     )

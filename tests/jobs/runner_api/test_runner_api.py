@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.jobs import services
-from apps.jobs.execution import attempts, dispatch, supervision
+from apps.jobs.execution import attempts, dispatch, reports, supervision
 from apps.jobs.execution.tokens import hub_nonce_from, hub_token_for, token_for
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
 from apps.jobs.states import JobState
@@ -208,7 +208,7 @@ def test_a_heartbeat_of_an_ended_or_superseded_attempt_is_409_and_records_nothin
     Attempt.objects.filter(pk=attempt.pk).update(ended_at=None)
     Job.objects.filter(pk=runner.job.pk).update(attempt_count=2)
     with pytest.raises(attempts.AttemptSuperseded):
-        supervision.runner_heartbeat(attempt.pk)
+        reports.runner_heartbeat(attempt.pk)
     assert Attempt.objects.get(pk=attempt.pk).last_heartbeat_at == ended_beat
 
 

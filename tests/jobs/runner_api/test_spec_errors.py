@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from apps.jobs import services
-from apps.jobs.execution import dispatch, supervision
+from apps.jobs.execution import dispatch, reports
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Attempt, Job, JobEvent, LogLine
 from apps.jobs.states import JobState
@@ -112,7 +112,7 @@ def test_a_key_removed_from_a_secret_fails_the_job_the_same_way(org):
 
 def test_a_running_job_whose_runner_asks_again_fails_through_finalizing(org):
     job, attempt, client, hub, _ = _job_with_secrets(org)
-    supervision.runner_started(attempt.pk)
+    reports.runner_started(attempt.pk)
     secret_services.secret_delete(secret=hub)
 
     assert _spec(client, job).status_code == 409

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from apps.jobs import services
 from apps.jobs.artifacts import store
-from apps.jobs.execution import dispatch, supervision
+from apps.jobs.execution import dispatch, reports, supervision
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Artifact, Attempt, Job, LogLine
 from apps.jobs.runner_api.auth import TOKEN_GRACE_AFTER_END_S
@@ -64,8 +64,8 @@ def _ran_and_ended(org) -> Runner:
     job = make_job(org)
     attempt = dispatch.allocate(job.pk)
     services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
-    supervision.runner_started(attempt.pk)
-    supervision.runner_exited(attempt.pk, 0)
+    reports.runner_started(attempt.pk)
+    reports.runner_exited(attempt.pk, 0)
     supervision.finalize(job.pk)
     attempt = Attempt.objects.select_related("job").get(pk=attempt.pk)
     assert attempt.ended_at is not None

@@ -13,7 +13,7 @@ import pytest
 from django.test import Client
 
 from apps.jobs import services
-from apps.jobs.execution import dispatch, supervision
+from apps.jobs.execution import dispatch, reports, supervision
 from apps.jobs.execution.tokens import token_for
 from apps.jobs.models import Job, LogLine
 from apps.jobs.states import JobState
@@ -112,7 +112,7 @@ def test_an_archive_gone_before_the_spec_fails_the_job_workdir_invalid(org, tmp_
 def test_the_runners_exit_65_before_the_workload_started_is_workdir_invalid(org, tmp_path):
     workdir, _ = _workdir(org, tmp_path)
     job, _, attempt = _provisioning(org, workdir=workdir.public_id)
-    supervision.runner_exited(attempt.pk, protocol.EXIT_WORKDIR_INVALID)
+    reports.runner_exited(attempt.pk, protocol.EXIT_WORKDIR_INVALID)
     supervision.finalize(job.pk)
     job.refresh_from_db()
     assert (job.state, job.reason, job.exit_code) == (JobState.FAILED, "workdir_invalid", 65)
@@ -123,7 +123,7 @@ def test_a_workloads_own_exit_65_is_just_an_exit_code(org, tmp_path, code):
     container = {"files": FILES} if code else {}
     job, _, attempt = _provisioning(org, **container)
     if code:
-        supervision.runner_started(attempt.pk)
-    supervision.runner_exited(attempt.pk, 65)
+        reports.runner_started(attempt.pk)
+    reports.runner_exited(attempt.pk, 65)
     supervision.finalize(job.pk)
     assert Job.objects.get(pk=job.pk).reason == "exit_code_65"

@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 
 from apps.accounts import services as account_services
 from apps.accounts.models import Role
-from apps.jobs.execution import dispatch, supervision
+from apps.jobs.execution import dispatch, reports
 from apps.jobs.models import Attempt, Job
 from apps.secrets import services as secret_services
 from tests.factories import UserFactory
@@ -24,7 +24,7 @@ def preempted_pair(org_of_victim, org_of_standard, slots):
     victim = running(submit(org_of_victim, slots, priority="preemptible"))
     standard = submit(org_of_standard, slots)
     dispatch.allocate(standard.pk)
-    supervision.runner_exited(victim.pk, 0)
+    reports.runner_exited(victim.pk, 0)
     return Job.objects.get(pk=victim.job_id), standard
 
 
@@ -66,7 +66,7 @@ def test_the_jobs_tab_shows_a_preempted_job_as_such(client_for, member, org, pro
     )
     attempt = running(job)
     Attempt.objects.filter(pk=attempt.pk).update(reclaim_reason="reclaimed")  # the provider's
-    supervision.runner_exited(attempt.pk, 143)
+    reports.runner_exited(attempt.pk, 143)
     client = client_for(member)
     body = client.get("/o/acme/projects/vision/").content.decode()
     row = body.split(f'id="job-row-{job.public_id}"')[1].split("</tr>")[0]
@@ -95,7 +95,7 @@ def test_a_staff_user_reclaims_a_running_job(reclaimable):
     attempt = Attempt.objects.get(job=reclaimable)
     assert attempt.reclaim_reason == "reclaimed"
     # The workload's exit, whatever its code, is the reclaim.
-    supervision.runner_exited(attempt.pk, 137)
+    reports.runner_exited(attempt.pk, 137)
     assert Job.objects.get(pk=reclaimable.pk).reason == "reclaimed"
 
 
