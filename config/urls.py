@@ -12,6 +12,7 @@ admin.site.login = admin_login(admin.site)
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", account_views.healthz, name="healthz"),
+    # Pages: each app's `urls.py` (or its `web/urls.py`).
     path("", include("apps.accounts.urls")),
     path("", include("apps.projects.urls")),
     path("", include("apps.jobs.web.urls")),
@@ -19,23 +20,23 @@ urlpatterns = [
     path("", include("apps.billing.web.urls")),
     path("", include("apps.serving.web.urls")),
     path("", include("apps.playground.urls")),
-    path("", include("apps.hub.page_urls")),
+    path("", include("apps.hub.urls")),
+    # The REST API: each app's `api_urls.py` (or `api/urls.py`), with its full sub-paths.
     path("api/v1/", include("apps.projects.api_urls")),
     path("api/v1/", include("apps.finetunes.api_urls")),
     path("api/v1/", include("apps.serving.api_urls")),
-    # The OpenAI-compatible inference API, where the OpenAI SDKs look for it.
-    path("v1/", include("apps.serving.proxy_urls")),
-    path("api/v1/compute/", include("apps.catalog.api_urls")),
-    path("api/v1/compute/", include("apps.secrets.api_urls")),
-    path("api/v1/compute/", include("apps.workdirs.api_urls")),
-    path("api/v1/compute/", include("apps.jobs.api.urls")),
-    path("api/v1/compute/", include("apps.billing.usage_urls")),
-    path("api/v1/billing/", include("apps.billing.api_urls")),
+    path("api/v1/", include("apps.catalog.api_urls")),
+    path("api/v1/", include("apps.secrets.api_urls")),
+    path("api/v1/", include("apps.workdirs.api_urls")),
+    path("api/v1/", include("apps.jobs.api.urls")),
+    path("api/v1/", include("apps.billing.api_urls")),
+    # What runners call: `runner_urls.py` (or `runner_api/urls.py`).
     path("api/v1/runner/", include("apps.jobs.runner_api.urls")),
     path("api/v1/runner/", include("apps.finetunes.runner_urls")),
-    # The hub, where the Hugging Face client looks for it (HF_ENDPOINT=<this server>/hf).
-    path("hf/", include("apps.hub.urls")),
-    path("api/v1/operator/", include("apps.jobs.api.operator_urls")),
+    # Other clients' protocols, where their SDKs look for them: the OpenAI-compatible
+    # inference API, and the hub (HF_ENDPOINT=<this server>/hf).
+    path("v1/", include("apps.serving.proxy_urls")),
+    path("hf/", include("apps.hub.hf_urls")),
     path("api/schema/", SchemaView.as_view(), name="api-schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

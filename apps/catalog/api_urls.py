@@ -3,5 +3,7 @@ from django.urls import path
 from apps.catalog import api
 
 urlpatterns = [
-    path("catalog/accelerators", api.AcceleratorListView.as_view(), name="api-accelerators"),
+    path(
+        "compute/catalog/accelerators", api.AcceleratorListView.as_view(), name="api-accelerators"
+    ),
 ]
