@@ -32,6 +32,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 
+from common import api_key, funded_org
 from live_stack import (
     TERMINAL,
     production_stack,
@@ -134,15 +135,7 @@ def ping_median_ms(worker: str) -> float:
 
 def main() -> int:
     setup_django(BENCH_DB, REDIS_URL)
-    from apps.accounts import services
-
-    org = services.organization_create(
-        name="bench-dispatch", slug="bench-dispatch", compute_enabled=True
-    )
-    from apps.billing import ledger
-
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
-    _, key = services.api_key_create(organization=org, name="bench")
+    key = api_key(funded_org("bench-dispatch"))
 
     with tempfile.TemporaryDirectory(prefix="bench-dispatch-") as workdir:
         stack = production_stack(BENCH_DB, REDIS_URL, Path(workdir))

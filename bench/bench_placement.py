@@ -20,14 +20,15 @@ Printed: each at both points, and the ratio with history ÷ without (1.0: flat).
 from __future__ import annotations
 
 import os
-import statistics
 import time
 import uuid
 
+from common import funded_org, median_ms
 from live_stack import setup_django
 
 LIVE = int(os.environ.get("BENCH_PLACEMENT_LIVE", 200))
 HISTORY = int(os.environ.get("BENCH_PLACEMENT_HISTORY", 100_000))
+TIMES = 200  # calls timed per measure
 REDIS_URL = os.environ.get("BENCH_PLACEMENT_REDIS_URL", "redis://127.0.0.1:6379/14")
 BODY = {
     "name": "placement",
@@ -39,14 +40,11 @@ BODY = {
 def setup(total: int):
     from django.conf import settings
 
-    from apps.accounts import services as accounts
-    from apps.billing import ledger
     from apps.catalog.models import Accelerator, Offer
     from apps.providers.models import Provider
 
     settings.MAX_WAITING_JOBS_PER_ORG = total
-    org = accounts.organization_create(name="placement", slug="placement", compute_enabled=True)
-    ledger.grant(organization=org, amount_micros=10**13, idempotency_key="placement-credits")
+    org = funded_org("placement", credits_micros=10**13)
     cpu = Accelerator.objects.get(name="cpu")
     Offer.objects.update(enabled=False)
     provider = Provider.objects.create(
@@ -95,15 +93,6 @@ def add_history(n: int) -> None:
         cursor.execute("ANALYZE jobs_attempt")
 
 
-def median_ms(call, times: int = 200) -> float:
-    samples = []
-    for _ in range(times):
-        started = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - started)
-    return 1000 * statistics.median(samples)
-
-
 def measure(org) -> dict[str, float]:
     from apps.jobs.execution import placement
     from apps.jobs.execution.dispatch import allocate
@@ -115,9 +104,13 @@ def measure(org) -> dict[str, float]:
     allocate_ms = 1000 * (time.perf_counter() - started) / len(waiting)
     return {
         "offers with room": median_ms(
-            lambda: placement.offers_with_free_capacity(accelerator="cpu", gpu_count=1)
+            lambda: placement.offers_with_free_capacity(accelerator="cpu", gpu_count=1),
+            repeats=TIMES,
+            warm=False,
         ),
-        "quote": median_ms(lambda: placement.quote(accelerator="cpu", gpu_count=1)),
+        "quote": median_ms(
+            lambda: placement.quote(accelerator="cpu", gpu_count=1), repeats=TIMES, warm=False
+        ),
         "allocate, per job": allocate_ms,
     }
 

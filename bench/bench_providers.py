@@ -32,6 +32,7 @@ import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
+from common import api_key, funded_org
 from live_stack import (
     TERMINAL,
     production_stack,
@@ -213,14 +214,7 @@ def main() -> int:
     # The bench polls job states every 20 ms: more than a user's key may ask a minute.
     os.environ["API_REQUESTS_PER_MINUTE"] = "100000"
     setup_django(BENCH_DB, REDIS_URL)
-    from apps.accounts import services
-    from apps.billing import ledger
-
-    org = services.organization_create(
-        name="bench-providers", slug="bench-providers", compute_enabled=True
-    )
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
-    _, key = services.api_key_create(organization=org, name="bench")
+    key = api_key(funded_org("bench-providers"))
 
     with tempfile.TemporaryDirectory(prefix="bench-providers-") as workdir, ExitStack() as stop:
         root = Path(workdir)

@@ -346,16 +346,14 @@ def setup(root: Path):
     """An organization with credits, an API key and a member who signs in; the loadgen and
     real providers (host runtime, one cpu offer each, room for every level)."""
     from bench_live import PASSWORD
+    from common import api_key, funded_org
 
-    from apps.accounts import services
     from apps.accounts.models import Membership, Role, User
-    from apps.billing import ledger
     from apps.catalog.models import Accelerator, Offer
     from apps.providers.models import Provider
 
-    org = services.organization_create(name="bench-scale", slug="bench-scale", compute_enabled=True)
-    ledger.grant(organization=org, amount_micros=10**13, idempotency_key="bench-credits")
-    _, key = services.api_key_create(organization=org, name="bench")
+    org = funded_org("bench-scale", credits_micros=10**13)
+    key = api_key(org)
     user = User.objects.create(username="bench-live", email="bench-scale@example.com")
     user.set_password(PASSWORD)
     user.save()
