@@ -40,7 +40,7 @@ notes then give the bundles' mean size and the web CPU per runner call. Every
 and so heartbeats every 5 s: a level's heartbeat figure is made of theirs (the others' batch
 answers stand in for heartbeats, and they send almost none). 0: every attempt prints.
 `BENCH_SCALE_PEOPLE_WEB=1` serves people (the browser, the API submits) from a second web
-process and the runners from the first, as README's "Running at scale" suggests; the cores
+process and the runners from the first, as docs/scaling.md suggests; the cores
 then name it `people`.
 `BENCH_SCALE_REAL_RELAY=1` has the real runners talk through one host relay
 (`python -m runner.relay`, started with the stack, named by the real provider's `relay_url`)
@@ -107,7 +107,7 @@ RELAY_ONE_LANE = os.environ.get("BENCH_SCALE_RELAY_ONE_LANE", "") not in ("", "0
 RELAY_BATCH_INTERVAL_MS = float(os.environ.get("BENCH_SCALE_RELAY_BATCH_INTERVAL_MS", 200))
 BUNDLES = ("bundle", "beat bundle")  # the generator's kinds for a relay's two lanes
 # The real runners talk through one host relay (`python -m runner.relay`, started here, its
-# address the real provider's `relay_url`), as README's "Running at scale" suggests.
+# address the real provider's `relay_url`), as docs/scaling.md suggests.
 REAL_RELAY = os.environ.get("BENCH_SCALE_REAL_RELAY", "") not in ("", "0")
 # Every K-th of the generator's attempts prints nothing and so heartbeats on schedule (a
 # job loading its model, between epochs): the heartbeats the level's figure is made of.
