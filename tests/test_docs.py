@@ -24,7 +24,9 @@ def test_the_architecture_map_names_every_app_folder():
     text = (ROOT / "docs" / "architecture.md").read_text()
     apps = sorted(p.name for p in (ROOT / "apps").iterdir() if (p / "__init__.py").exists())
     missing = [name for name in apps if not re.search(rf"(?<![\w/]){name}/", text)]
-    assert missing == [], f"docs/architecture.md does not name apps/{missing}/"
+    assert missing == [], "docs/architecture.md does not name " + ", ".join(
+        f"apps/{name}/" for name in missing
+    )
 
 
 def test_every_relative_link_in_the_readme_and_docs_leads_to_a_file():
