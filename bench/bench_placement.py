@@ -81,10 +81,11 @@ def add_history(n: int) -> None:
             """
             INSERT INTO jobs_attempt (number, accelerator, gpu_count, gpu_memory_gb,
                 price_micros_hr, handle, token_nonce, allocated_at, ended_at, end_reason,
-                billed_minutes, offer_id, provider_id, job_id, reclaim_reason, queue_reason)
+                billed_minutes, offer_id, provider_id, job_id, reclaim_reason, queue_reason,
+                gpu_devices)
             SELECT 1000 + g, a.accelerator, a.gpu_count, a.gpu_memory_gb, a.price_micros_hr,
                 '{}', md5(g::text), a.allocated_at, now(), 'succeeded', 1, a.offer_id,
-                a.provider_id, a.job_id, '', ''
+                a.provider_id, a.job_id, '', '', '[]'
             FROM generate_series(1, %s) AS g,
                 (SELECT * FROM jobs_attempt ORDER BY id LIMIT 1) AS a
             """,
