@@ -32,10 +32,10 @@ import uuid
 from pathlib import Path
 
 from common import api_key, funded_org, median_ms
+from live_stack import setup_django
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("BENCH_BILLING_REDIS_URL", "redis://127.0.0.1:6379/12")
 BENCH_DB = "trainyard_bench_billing"
 BIG = int(os.environ.get("BENCH_USAGE_TRANSFERS", 100_000))
@@ -46,29 +46,14 @@ BILLED = int(os.environ.get("BENCH_BILLED_JOBS", 100))
 BILLING_ROUNDS = 5
 
 
-def recreate_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-
-
-def setup_django() -> None:
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    os.environ["DATABASE_URL"] = f"{base}/{BENCH_DB}"
-    os.environ["REDIS_URL"] = REDIS_URL
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.test_settings"
+def setup() -> None:
+    """Its own database with Django set up on it, and its own Redis database emptied."""
     os.environ["ALLOWED_HOSTS"] = "testserver"
     os.environ["MAX_WAITING_JOBS_PER_ORG"] = str(10 * SUBMITS)
-    import django
-
-    django.setup()
+    setup_django(BENCH_DB, REDIS_URL)
     import redis
-    from django.core.management import call_command
 
     redis.Redis.from_url(REDIS_URL).flushdb()
-    call_command("migrate", verbosity=0)
 
 
 def make_org(slug: str):
@@ -345,8 +330,7 @@ def bench_reconcile_billing() -> float:
 
 
 def main() -> int:
-    recreate_database()
-    setup_django()
+    setup()
     if os.environ.get("BENCH_BILLING_ONLY") != "reconcile":
         bench_usage()
         bench_submit()

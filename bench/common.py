@@ -1,12 +1,14 @@
-"""What most benches repeat: a median of timed calls, and an organization that may run jobs.
+"""What most benches repeat: a median of timed calls, an organization that may run jobs, and
+a client of the jobs API as a user's script would be.
 
-Import it after Django is set up where a function needs the models (`funded_org`); the
-timing helper needs nothing."""
+The organization helpers need Django set up first (they import the models when called);
+the rest needs nothing of the project."""
 
 from __future__ import annotations
 
 import statistics
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -43,3 +45,51 @@ def api_key(org, name: str = "bench", **extra) -> str:
 
     _, key = services.api_key_create(organization=org, name=name, **extra)
     return key
+
+
+class JobsApi:
+    """`/api/v1/compute/jobs` over HTTP with one API key."""
+
+    def __init__(self, base: str, key: str) -> None:
+        import requests
+
+        self.base = f"{base}/api/v1/compute/jobs"
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Bearer {key}"
+
+    def submit(self, name: str, command: list[str]) -> str:
+        """A one-GPU `cpu` job on the host runtime (`image: local`); its id."""
+        body = {
+            "name": name,
+            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": {"image": "local", "command": command},
+        }
+        response = self.session.post(
+            self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=10
+        )
+        assert response.status_code == 201, response.text
+        return response.json()["id"]
+
+    def state(self, job_id: str) -> str:
+        response = self.session.get(f"{self.base}/{job_id}", timeout=10)
+        assert response.status_code == 200, response.text
+        return response.json()["state"]
+
+    def why(self, job_id: str) -> str:
+        """The job's reason and its system log, for a failure's message."""
+        job = self.session.get(f"{self.base}/{job_id}", timeout=10).json()
+        logs = self.session.get(
+            f"{self.base}/{job_id}/logs", params={"source": "system"}, timeout=10
+        ).json()
+        lines = [line["message"] for line in logs.get("data", [])]
+        return f"{job.get('reason')}: {job.get('error_message')}; " + " | ".join(lines)
+
+    def terminate(self, job_id: str) -> None:
+        self.session.post(f"{self.base}/{job_id}/terminate", timeout=10)
+
+    def wait(self, job_id: str, states: set[str], timeout: float = 120) -> str:
+        deadline = time.monotonic() + timeout
+        while (state := self.state(job_id)) not in states:
+            assert time.monotonic() < deadline, f"{job_id} still {state} after {timeout:g} s"
+            time.sleep(0.05)
+        return state
