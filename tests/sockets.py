@@ -4,15 +4,24 @@ sockets and watchers (user ids restart with each test database, the counts would
 
 from __future__ import annotations
 
+import pytest
 import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
 from channels.testing.websocket import WebsocketCommunicator
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
 from django.contrib.sessions.backends.db import SessionStore
+from django.db import connections
 
 from apps.core.live import SOCKETS_KEY
 from config.asgi import application
+
+# A socket test's marks: async, on a committed database (the consumer reads it from a thread
+# of its own, outside the test's transaction).
+SOCKET_TEST = [
+    pytest.mark.anyio,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+]
 
 
 def session_cookie(user) -> str:
@@ -48,3 +57,17 @@ async def forget_socket_counts(*watcher_patterns: str) -> None:
             await client.delete(*keys)
     finally:
         await client.aclose()
+
+
+def socket_counts_reset(*watcher_patterns: str):
+    """A fixture that starts each socket test without the socket counts of earlier ones and
+    the watcher counts matching `watcher_patterns`, and closes the database connections the
+    consumers' threads opened once it ends (so the test database can be dropped)."""
+
+    @pytest.fixture
+    async def reset():
+        await forget_socket_counts(*watcher_patterns)
+        yield
+        await database_sync_to_async(connections.close_all)()
+
+    return reset

@@ -10,7 +10,6 @@ import re
 
 import pytest
 from channels.db import database_sync_to_async
-from django.db import connections
 
 from apps.accounts import services as account_services
 from apps.accounts.models import Membership
@@ -19,7 +18,7 @@ from apps.billing.live import billing_group
 from apps.billing.models import Budget, Transfer
 from apps.core.live import watched
 from apps.core.money import format_usd
-from tests.sockets import forget_socket_counts, websocket
+from tests.sockets import SOCKET_TEST, socket_counts_reset, websocket
 
 PAGE = "/o/acme/billing/"
 PRICE = 100_000  # the seeded cpu offer: $0.10 per slot-hour
@@ -251,20 +250,13 @@ class TestPage:
 
 # -- the websocket -------------------------------------------------------------------------
 
-live = [pytest.mark.anyio, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
 
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
 
 
-@pytest.fixture
-async def _sockets_reset():
-    """Start each socket test without the socket and watcher counts of earlier ones."""
-    await forget_socket_counts("trainyard:watchers:billing.*")
-    yield
-    await database_sync_to_async(connections.close_all)()
+_sockets_reset = socket_counts_reset("trainyard:watchers:billing.*")
 
 
 async def _receive_until(socket, needle: str, timeout: float = 5) -> str:
@@ -280,7 +272,7 @@ async def _receive_until(socket, needle: str, timeout: float = 5) -> str:
 
 @pytest.mark.usefixtures("_sockets_reset")
 class TestSocket:
-    pytestmark = live
+    pytestmark = SOCKET_TEST
 
     async def test_anonymous_is_closed_4401(self, org):
         socket = await websocket("/ws/billing/acme/")

@@ -16,7 +16,6 @@ from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
-from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
@@ -28,7 +27,7 @@ from apps.jobs.states import JobState
 from apps.serving import services
 from apps.serving.live import endpoint_group
 from apps.serving.models import Endpoint, EndpointRequest, EndpointRevision, Promotion
-from tests.sockets import forget_socket_counts, websocket
+from tests.sockets import SOCKET_TEST, socket_counts_reset, websocket
 
 BASE = "tiny/llama-base"
 
@@ -597,25 +596,18 @@ class TestWrites:
 
 # -- the websocket -------------------------------------------------------------------------
 
-live = [pytest.mark.anyio, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
 
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
 
 
-@pytest.fixture
-async def _sockets_reset():
-    """Start each socket test without the socket and watcher counts of earlier ones."""
-    await forget_socket_counts("trainyard:watchers:serving.*")
-    yield
-    await database_sync_to_async(connections.close_all)()
+_sockets_reset = socket_counts_reset("trainyard:watchers:serving.*")
 
 
 @pytest.mark.usefixtures("_sockets_reset")
 class TestSocket:
-    pytestmark = live
+    pytestmark = SOCKET_TEST
 
     async def test_anonymous_is_closed_4401(self, project):
         served = await database_sync_to_async(served_endpoint)(project)
