@@ -68,13 +68,14 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
+
+from common import JobsApi  # noqa: E402
 
 BENCH_DB = "trainyard_bench_scale"
 REDIS_URL = os.environ.get("BENCH_SCALE_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -129,29 +130,17 @@ def pct(values, q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-class Api:
-    def __init__(self, base: str, key: str) -> None:
-        import requests
+class Api(JobsApi):
+    """Under load: generous timeouts, and a refused submit counted rather than raised."""
 
-        self.base = f"{base}/api/v1/compute/jobs"
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {key}"
+    def __init__(self, base: str, key: str) -> None:
+        super().__init__(base, key, timeout_s=120)
 
     def submit(self, name: str, command: list[str]) -> str:
-        body = {
-            "name": name,
-            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
-            "container": {"image": "local", "command": command},
-        }
-        response = self.session.post(
-            self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=120
-        )
+        response = self.post_job(name, command)
         if response.status_code != 201:  # counted as a failed submit; the level goes on
             return f"error {response.status_code}: {response.text[:200]}"
         return response.json()["id"]
-
-    def terminate(self, job_id: str) -> None:
-        self.session.post(f"{self.base}/{job_id}/terminate", timeout=60)
 
 
 def count(name: str, states) -> int:

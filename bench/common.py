@@ -50,42 +50,50 @@ def api_key(org, name: str = "bench", **extra) -> str:
 class JobsApi:
     """`/api/v1/compute/jobs` over HTTP with one API key."""
 
-    def __init__(self, base: str, key: str) -> None:
+    def __init__(self, base: str, key: str, *, timeout_s: float = 10) -> None:
         import requests
 
         self.base = f"{base}/api/v1/compute/jobs"
+        self.timeout_s = timeout_s
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {key}"
 
-    def submit(self, name: str, command: list[str]) -> str:
-        """A one-GPU `cpu` job on the host runtime (`image: local`); its id."""
+    def post_job(self, name: str, command: list[str]):
+        """POST a one-GPU `cpu` job on the host runtime (`image: local`); the response."""
         body = {
             "name": name,
             "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
             "container": {"image": "local", "command": command},
         }
-        response = self.session.post(
-            self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=10
+        return self.session.post(
+            self.base,
+            json=body,
+            headers={"Idempotency-Key": uuid.uuid4().hex},
+            timeout=self.timeout_s,
         )
+
+    def submit(self, name: str, command: list[str]) -> str:
+        """The new job's id; a refused submit fails the bench."""
+        response = self.post_job(name, command)
         assert response.status_code == 201, response.text
         return response.json()["id"]
 
     def state(self, job_id: str) -> str:
-        response = self.session.get(f"{self.base}/{job_id}", timeout=10)
+        response = self.session.get(f"{self.base}/{job_id}", timeout=self.timeout_s)
         assert response.status_code == 200, response.text
         return response.json()["state"]
 
     def why(self, job_id: str) -> str:
         """The job's reason and its system log, for a failure's message."""
-        job = self.session.get(f"{self.base}/{job_id}", timeout=10).json()
+        job = self.session.get(f"{self.base}/{job_id}", timeout=self.timeout_s).json()
         logs = self.session.get(
-            f"{self.base}/{job_id}/logs", params={"source": "system"}, timeout=10
+            f"{self.base}/{job_id}/logs", params={"source": "system"}, timeout=self.timeout_s
         ).json()
         lines = [line["message"] for line in logs.get("data", [])]
         return f"{job.get('reason')}: {job.get('error_message')}; " + " | ".join(lines)
 
     def terminate(self, job_id: str) -> None:
-        self.session.post(f"{self.base}/{job_id}/terminate", timeout=10)
+        self.session.post(f"{self.base}/{job_id}/terminate", timeout=self.timeout_s)
 
     def wait(self, job_id: str, states: set[str], timeout: float = 120) -> str:
         deadline = time.monotonic() + timeout
