@@ -14,9 +14,7 @@ generate_series in SQL, so setting up takes about a minute; timings are medians 
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +25,8 @@ LOG_LINES = int(os.environ.get("BENCH_LOG_LINES", 1_000_000))
 BIG_ORG_JOBS = int(os.environ.get("BENCH_JOBS", 100_000))
 SMALL_ORG_JOBS = 100
 REPEATS = 30
+
+from common import api_key, funded_org, median_ms  # noqa: E402
 
 
 def recreate_database() -> None:
@@ -50,27 +50,11 @@ def setup_django() -> None:
     call_command("migrate", verbosity=0)
 
 
-def median_ms(fn) -> float:
-    fn()  # warm caches
-    samples = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
-
-
 def make_org(slug: str):
-    from apps.accounts import services
     from tests.jobs.helpers import make_job
 
-    org = services.organization_create(name=slug, slug=slug, compute_enabled=True)
-    from apps.billing import ledger
-
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key=f"bench-credits:{slug}")
-    _, key = services.api_key_create(organization=org, name="bench")
-    job = make_job(org)
-    return org, key, job
+    org = funded_org(slug)
+    return org, api_key(org), make_job(org)
 
 
 def clone_jobs(job, count: int) -> None:
@@ -146,10 +130,13 @@ def bench_logs() -> float:
     last_page = get_ok(client, path, {"limit": 50, "cursor": last_cursor})
     assert last_page["next_cursor"] is None and len(last_page["data"]) == 50
 
-    first = median_ms(lambda: get_ok(client, path, {"limit": 50}))
-    last = median_ms(lambda: get_ok(client, path, {"limit": 50, "cursor": last_cursor}))
+    first = median_ms(lambda: get_ok(client, path, {"limit": 50}), repeats=REPEATS)
+    last = median_ms(
+        lambda: get_ok(client, path, {"limit": 50, "cursor": last_cursor}), repeats=REPEATS
+    )
     user_last = median_ms(
-        lambda: get_ok(client, path, {"limit": 50, "source": "user", "order": "desc"})
+        lambda: get_ok(client, path, {"limit": 50, "source": "user", "order": "desc"}),
+        repeats=REPEATS,
     )
     ratio = last / first
     print(
@@ -167,10 +154,15 @@ def bench_job_list() -> float:
     small_client, big_client = client_for(small_key), client_for(big_key)
     assert get_ok(big_client, "/api/v1/compute/jobs", {"limit": 50})["total"] == BIG_ORG_JOBS
 
-    small = median_ms(lambda: get_ok(small_client, "/api/v1/compute/jobs", {"limit": 50}))
-    big = median_ms(lambda: get_ok(big_client, "/api/v1/compute/jobs", {"limit": 50}))
+    small = median_ms(
+        lambda: get_ok(small_client, "/api/v1/compute/jobs", {"limit": 50}), repeats=REPEATS
+    )
+    big = median_ms(
+        lambda: get_ok(big_client, "/api/v1/compute/jobs", {"limit": 50}), repeats=REPEATS
+    )
     filtered = median_ms(
-        lambda: get_ok(big_client, "/api/v1/compute/jobs", {"limit": 50, "state": "requested"})
+        lambda: get_ok(big_client, "/api/v1/compute/jobs", {"limit": 50, "state": "requested"}),
+        repeats=REPEATS,
     )
     ratio = big / small
     print(

@@ -31,9 +31,11 @@ import tracemalloc
 import uuid
 from pathlib import Path
 
+from common import api_key, funded_org, median_ms
+from live_stack import setup_django
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("BENCH_BILLING_REDIS_URL", "redis://127.0.0.1:6379/12")
 BENCH_DB = "trainyard_bench_billing"
 BIG = int(os.environ.get("BENCH_USAGE_TRANSFERS", 100_000))
@@ -44,54 +46,24 @@ BILLED = int(os.environ.get("BENCH_BILLED_JOBS", 100))
 BILLING_ROUNDS = 5
 
 
-def recreate_database() -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{BENCH_DB}"')
-
-
-def setup_django() -> None:
-    base = ADMIN_URL.rsplit("/", 1)[0]
-    os.environ["DATABASE_URL"] = f"{base}/{BENCH_DB}"
-    os.environ["REDIS_URL"] = REDIS_URL
-    os.environ["DJANGO_SETTINGS_MODULE"] = "config.test_settings"
+def setup() -> None:
+    """Its own database with Django set up on it, and its own Redis database emptied."""
     os.environ["ALLOWED_HOSTS"] = "testserver"
     os.environ["MAX_WAITING_JOBS_PER_ORG"] = str(10 * SUBMITS)
-    import django
-
-    django.setup()
+    setup_django(BENCH_DB, REDIS_URL)
     import redis
-    from django.core.management import call_command
 
     redis.Redis.from_url(REDIS_URL).flushdb()
-    call_command("migrate", verbosity=0)
-
-
-def median_ms(fn, repeats: int = REPEATS) -> float:
-    fn()  # warm caches
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
 
 
 def make_org(slug: str):
     """An organization with credits, an API key and one job placed on the local offer."""
-    from apps.accounts import services
-    from apps.billing import ledger
     from apps.jobs.execution import dispatch
     from tests.jobs.helpers import make_job
 
-    org = services.organization_create(name=slug, slug=slug, compute_enabled=True)
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key=f"bench:{slug}")
-    _, key = services.api_key_create(organization=org, name="bench")
+    org = funded_org(slug)
     job = make_job(org)
-    attempt = dispatch.allocate(job.pk)
-    return org, key, job, attempt
+    return org, api_key(org), job, dispatch.allocate(job.pk)
 
 
 def fill_usage(org, job, attempt, count: int) -> None:
@@ -220,7 +192,7 @@ def bench_usage() -> tuple[float, float, float]:
     small, big = client_for(small_key), client_for(big_key)
     assert usage_page(big)["total"] == BIG and usage_page(small)["total"] == SMALL
 
-    page_small = median_ms(lambda: usage_page(small))
+    page_small = median_ms(lambda: usage_page(small), repeats=REPEATS)
     page_big = median_ms(lambda: usage_page(big), repeats=5)
     small_rows, csv_small = csv_download(small)
     big_rows, csv_big = csv_download(big)
@@ -284,8 +256,6 @@ def bench_submit() -> float:
 
 def live_jobs(slug: str, count: int) -> list[int]:
     """`count` running jobs of a new organization on a roomy multi-tenant offer."""
-    from apps.accounts import services as accounts
-    from apps.billing import ledger
     from apps.catalog.models import Accelerator, Offer
     from apps.jobs import services
     from apps.jobs.execution import dispatch
@@ -307,8 +277,7 @@ def live_jobs(slug: str, count: int) -> list[int]:
             min_price_per_gpu_hour_micros=600_000,
             max_price_per_gpu_hour_micros=600_000,
         )
-    org = accounts.organization_create(name=slug, slug=slug, compute_enabled=True)
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key=f"bench:{slug}")
+    org = funded_org(slug)
     compute = {"accelerator": accelerator.name, "gpu_count": 1, "ephemeral_disk_gb": 10}
     ids = []
     for _ in range(count):
@@ -361,8 +330,7 @@ def bench_reconcile_billing() -> float:
 
 
 def main() -> int:
-    recreate_database()
-    setup_django()
+    setup()
     if os.environ.get("BENCH_BILLING_ONLY") != "reconcile":
         bench_usage()
         bench_submit()

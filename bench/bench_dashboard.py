@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 import sys
-import time
 from pathlib import Path
+
+from common import funded_org, median_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -39,32 +39,19 @@ REPEATS = 20
 TARGET = 1.5
 
 
-def median_ms(fn) -> float:
-    fn()  # warm caches
-    samples = []
-    for _ in range(REPEATS):
-        start = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
-
-
 def make_org(slug: str, jobs: int):
     """An organization with a member, a project and `jobs` jobs in the mix above."""
     from django.contrib.auth import get_user_model
     from django.db import connection
 
-    from apps.accounts import services
     from apps.accounts.models import Membership
-    from apps.billing import ledger
     from apps.projects.models import Project
     from tests.jobs.helpers import make_job
 
-    org = services.organization_create(name=slug, slug=slug, compute_enabled=True)
+    org = funded_org(slug)
     user = get_user_model().objects.create_user(username=f"{slug}-member", password="x")
     Membership.objects.create(organization=org, user=user, role="member")
     Project.objects.create(organization=org, name="Sweeps", slug="sweeps")
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key=f"bench-credits:{slug}")
     template = make_job(org, name="template")
     columns = [
         f.column
@@ -184,8 +171,8 @@ def main() -> int:
             slug: second_page(slug) if pattern is None else pattern.format(slug=slug)
             for slug in ("small", "big")
         }
-        small = median_ms(lambda p=paths["small"]: get_ok(clients["small"], p))
-        big = median_ms(lambda p=paths["big"]: get_ok(clients["big"], p))
+        small = median_ms(lambda p=paths["small"]: get_ok(clients["small"], p), repeats=REPEATS)
+        big = median_ms(lambda p=paths["big"]: get_ok(clients["big"], p), repeats=REPEATS)
         ratio = big / small
         flat = label != "name search, no match"
         if flat:

@@ -28,10 +28,10 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from datetime import datetime
 from pathlib import Path
 
+from common import JobsApi, api_key, funded_org
 from live_stack import (
     TERMINAL,
     production_stack,
@@ -47,41 +47,12 @@ PINGS = 20
 POLL_S = 0.02
 
 
-class Api:
-    def __init__(self, base: str, key: str) -> None:
-        import requests
-
-        self.base = f"{base}/api/v1/compute/jobs"
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {key}"
-
-    def submit(self) -> str:
-        body = {
-            "name": "bench-dispatch",
-            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
-            "container": {"image": "local", "command": ["sleep", "2"]},
-        }
-        response = self.session.post(
-            self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=10
-        )
-        assert response.status_code == 201, response.text
-        return response.json()["id"]
-
-    def state(self, job_id: str) -> str:
-        response = self.session.get(f"{self.base}/{job_id}", timeout=10)
-        assert response.status_code == 200, response.text
-        return response.json()["state"]
-
-    def terminate(self, job_id: str) -> None:
-        self.session.post(f"{self.base}/{job_id}/terminate", timeout=10)
-
-
-def run_one(api: Api) -> tuple[str, float, datetime]:
+def run_one(api: JobsApi) -> tuple[str, float, datetime]:
     """Submit a job; (its id, seconds from the POST's answer to a GET showing `running`, the
     wall-clock time the POST answered). Returns once the job has ended."""
     from django.utils import timezone
 
-    job_id = api.submit()
+    job_id = api.submit("bench-dispatch", ["sleep", "2"])
     answered, start = timezone.now(), time.perf_counter()
     while (state := api.state(job_id)) != "running":
         assert state not in TERMINAL, f"{job_id} ended {state} before it was seen running"
@@ -134,22 +105,14 @@ def ping_median_ms(worker: str) -> float:
 
 def main() -> int:
     setup_django(BENCH_DB, REDIS_URL)
-    from apps.accounts import services
-
-    org = services.organization_create(
-        name="bench-dispatch", slug="bench-dispatch", compute_enabled=True
-    )
-    from apps.billing import ledger
-
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
-    _, key = services.api_key_create(organization=org, name="bench")
+    key = api_key(funded_org("bench-dispatch"))
 
     with tempfile.TemporaryDirectory(prefix="bench-dispatch-") as workdir:
         stack = production_stack(BENCH_DB, REDIS_URL, Path(workdir))
         api = None
         try:
             stack.start()
-            api = Api(stack.url, key)
+            api = JobsApi(stack.url, key)
             worker = f"it-{stack.port}@{socket.gethostname()}"
             run_one(api)  # warm-up: the worker's first task, the web's first job
             runs = [run_one(api) for _ in range(JOBS)]

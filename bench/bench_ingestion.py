@@ -272,13 +272,11 @@ def main() -> int:
 
     recreate_database()
     setup_django()
-    from apps.accounts.services import organization_create
+    from common import funded_org
+
     from apps.secrets.services import secret_create
 
-    org = organization_create(name="bench-ingest", slug="bench-ingest", compute_enabled=True)
-    from apps.billing import ledger
-
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
+    org = funded_org("bench-ingest")
     secret = secret_create(organization=org, name="hub", data={"HF_TOKEN": SECRET})
     endpoint_job, endpoint_attempt = make_attempt(org, secret, "through the endpoint")
     copy_job, _ = make_attempt(org, secret, "raw copy")

@@ -137,14 +137,12 @@ def p90(values) -> float:
 def make_team():
     """An organization with compute, a member who signs in with a password, and four jobs in
     `requested` (none is ever dispatched: no worker runs)."""
-    from apps.accounts import services as accounts
+    from common import funded_org
+
     from apps.accounts.models import Membership, Role, User
     from apps.jobs import services
 
-    org = accounts.organization_create(name="Bench live", slug="bench-live", compute_enabled=True)
-    from apps.billing import ledger
-
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
+    org = funded_org("bench-live", name="Bench live")
     user = User.objects.create(username="bench-live", email="bench-live@example.com")
     user.set_password(PASSWORD)
     user.save()

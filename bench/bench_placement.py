@@ -20,14 +20,15 @@ Printed: each at both points, and the ratio with history ÷ without (1.0: flat).
 from __future__ import annotations
 
 import os
-import statistics
 import time
 import uuid
 
+from common import funded_org, median_ms
 from live_stack import setup_django
 
 LIVE = int(os.environ.get("BENCH_PLACEMENT_LIVE", 200))
 HISTORY = int(os.environ.get("BENCH_PLACEMENT_HISTORY", 100_000))
+TIMES = 200  # calls timed per measure
 REDIS_URL = os.environ.get("BENCH_PLACEMENT_REDIS_URL", "redis://127.0.0.1:6379/14")
 BODY = {
     "name": "placement",
@@ -39,14 +40,11 @@ BODY = {
 def setup(total: int):
     from django.conf import settings
 
-    from apps.accounts import services as accounts
-    from apps.billing import ledger
     from apps.catalog.models import Accelerator, Offer
     from apps.providers.models import Provider
 
     settings.MAX_WAITING_JOBS_PER_ORG = total
-    org = accounts.organization_create(name="placement", slug="placement", compute_enabled=True)
-    ledger.grant(organization=org, amount_micros=10**13, idempotency_key="placement-credits")
+    org = funded_org("placement", credits_micros=10**13)
     cpu = Accelerator.objects.get(name="cpu")
     Offer.objects.update(enabled=False)
     provider = Provider.objects.create(
@@ -83,25 +81,17 @@ def add_history(n: int) -> None:
             """
             INSERT INTO jobs_attempt (number, accelerator, gpu_count, gpu_memory_gb,
                 price_micros_hr, handle, token_nonce, allocated_at, ended_at, end_reason,
-                billed_minutes, offer_id, provider_id, job_id, reclaim_reason, queue_reason)
+                billed_minutes, offer_id, provider_id, job_id, reclaim_reason, queue_reason,
+                gpu_devices)
             SELECT 1000 + g, a.accelerator, a.gpu_count, a.gpu_memory_gb, a.price_micros_hr,
                 '{}', md5(g::text), a.allocated_at, now(), 'succeeded', 1, a.offer_id,
-                a.provider_id, a.job_id, '', ''
+                a.provider_id, a.job_id, '', '', '[]'
             FROM generate_series(1, %s) AS g,
                 (SELECT * FROM jobs_attempt ORDER BY id LIMIT 1) AS a
             """,
             [n],
         )
         cursor.execute("ANALYZE jobs_attempt")
-
-
-def median_ms(call, times: int = 200) -> float:
-    samples = []
-    for _ in range(times):
-        started = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - started)
-    return 1000 * statistics.median(samples)
 
 
 def measure(org) -> dict[str, float]:
@@ -115,9 +105,13 @@ def measure(org) -> dict[str, float]:
     allocate_ms = 1000 * (time.perf_counter() - started) / len(waiting)
     return {
         "offers with room": median_ms(
-            lambda: placement.offers_with_free_capacity(accelerator="cpu", gpu_count=1)
+            lambda: placement.offers_with_free_capacity(accelerator="cpu", gpu_count=1),
+            repeats=TIMES,
+            warm=False,
         ),
-        "quote": median_ms(lambda: placement.quote(accelerator="cpu", gpu_count=1)),
+        "quote": median_ms(
+            lambda: placement.quote(accelerator="cpu", gpu_count=1), repeats=TIMES, warm=False
+        ),
         "allocate, per job": allocate_ms,
     }
 

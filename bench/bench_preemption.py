@@ -33,6 +33,7 @@ import uuid
 from contextlib import suppress
 from pathlib import Path
 
+from common import api_key, funded_org
 from live_stack import (
     TERMINAL,
     production_stack,
@@ -184,19 +185,15 @@ def preempted_to_running(job_id: str, attempt: int) -> float:
 
 def main() -> int:
     setup_django(BENCH_DB, REDIS_URL)
-    from apps.accounts import services
     from apps.accounts.models import User
     from apps.projects.models import Project
     from trainer.demo_data import write_demo_datasets
     from trainer.tiny import build_tiny_model
 
-    org = services.organization_create(name="bench-pre", slug="bench-pre", compute_enabled=True)
-    from apps.billing import ledger
-
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
-    _, key = services.api_key_create(organization=org, name="bench")
+    org = funded_org("bench-pre")
+    key = api_key(org)
     staff = User.objects.create_user("bench-operator", is_staff=True)
-    _, operator_key = services.api_key_create(organization=org, name="ops", created_by=staff)
+    operator_key = api_key(org, "ops", created_by=staff)
     project = Project.objects.create(organization=org, name="Bench", slug="bench")
     accelerator = one_slot_accelerator()
 

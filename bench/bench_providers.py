@@ -28,10 +28,10 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from contextlib import ExitStack
 from pathlib import Path
 
+from common import JobsApi, api_key, funded_org
 from live_stack import (
     TERMINAL,
     production_stack,
@@ -51,56 +51,11 @@ PROVIDERS = {"local": "local", "ssh": "bench-ssh", "slurm": "bench-slurm"}
 PRICE_MICROS = 100_000
 
 
-class Api:
-    def __init__(self, base: str, key: str) -> None:
-        import requests
-
-        self.base = f"{base}/api/v1/compute/jobs"
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {key}"
-
-    def submit(self, seconds: int) -> str:
-        body = {
-            "name": "bench-providers",
-            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
-            "container": {"image": "local", "command": ["sleep", str(seconds)]},
-        }
-        response = self.session.post(
-            self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=10
-        )
-        assert response.status_code == 201, response.text
-        return response.json()["id"]
-
-    def state(self, job_id: str) -> str:
-        response = self.session.get(f"{self.base}/{job_id}", timeout=10)
-        assert response.status_code == 200, response.text
-        return response.json()["state"]
-
-    def why(self, job_id: str) -> str:
-        """The job's reason and its system log, for a failure's message."""
-        job = self.session.get(f"{self.base}/{job_id}", timeout=10).json()
-        logs = self.session.get(
-            f"{self.base}/{job_id}/logs", params={"source": "system"}, timeout=10
-        ).json()
-        lines = [line["message"] for line in logs.get("data", [])]
-        return f"{job.get('reason')}: {job.get('error_message')}; " + " | ".join(lines)
-
-    def terminate(self, job_id: str) -> None:
-        self.session.post(f"{self.base}/{job_id}/terminate", timeout=10)
-
-    def wait(self, job_id: str, states: set[str], timeout: float = 120) -> str:
-        deadline = time.monotonic() + timeout
-        while (state := self.state(job_id)) not in states:
-            assert time.monotonic() < deadline, f"{job_id} still {state} after {timeout:g} s"
-            time.sleep(0.05)
-        return state
-
-
-def submit_to_running(api: Api, kind: str) -> float:
+def submit_to_running(api: JobsApi, kind: str) -> float:
     """Seconds from the POST's answer to a GET showing `running` for a job on `kind`'s
     provider; returns once it ended."""
     route_to(kind)
-    job_id = api.submit(1)
+    job_id = api.submit("bench-providers", ["sleep", "1"])
     start = time.perf_counter()
     while (state := api.state(job_id)) != "running":
         assert state not in TERMINAL, f"{job_id} ended {state} before running: {api.why(job_id)}"
@@ -169,7 +124,7 @@ def route_to(kind: str) -> None:
     Offer.objects.filter(provider__name=PROVIDERS[kind]).update(enabled=True)
 
 
-def poll_medians_ms(api: Api) -> dict[str, float]:
+def poll_medians_ms(api: JobsApi) -> dict[str, float]:
     """Start LIVE_PER_PROVIDER long jobs on each provider, poll each live attempt POLLS
     times through its backend, and return the median poll time of each kind."""
     from apps.jobs.models import Attempt
@@ -178,7 +133,9 @@ def poll_medians_ms(api: Api) -> dict[str, float]:
     live: dict[str, list[str]] = {}
     for kind in KINDS:
         route_to(kind)
-        live[kind] = [api.submit(300) for _ in range(LIVE_PER_PROVIDER)]
+        live[kind] = [
+            api.submit("bench-providers", ["sleep", "300"]) for _ in range(LIVE_PER_PROVIDER)
+        ]
         for job_id in live[kind]:
             api.wait(job_id, {"running"})
     medians = {}
@@ -213,14 +170,7 @@ def main() -> int:
     # The bench polls job states every 20 ms: more than a user's key may ask a minute.
     os.environ["API_REQUESTS_PER_MINUTE"] = "100000"
     setup_django(BENCH_DB, REDIS_URL)
-    from apps.accounts import services
-    from apps.billing import ledger
-
-    org = services.organization_create(
-        name="bench-providers", slug="bench-providers", compute_enabled=True
-    )
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
-    _, key = services.api_key_create(organization=org, name="bench")
+    key = api_key(funded_org("bench-providers"))
 
     with tempfile.TemporaryDirectory(prefix="bench-providers-") as workdir, ExitStack() as stop:
         root = Path(workdir)
@@ -237,7 +187,7 @@ def main() -> int:
         try:
             (root / "stack").mkdir()
             stack.start()
-            api = Api(stack.url, key)
+            api = JobsApi(stack.url, key)
             for kind in KINDS:
                 submit_to_running(api, kind)  # warm-up
             took: dict[str, list[float]] = {kind: [] for kind in KINDS}

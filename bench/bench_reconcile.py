@@ -46,15 +46,12 @@ PRICE_MICROS = 10_000
 
 def setup(workdir: Path):
     """An organization with credits and a local host provider with one roomy cpu offer."""
-    from apps.accounts import services
-    from apps.billing import ledger
+    from common import funded_org
+
     from apps.catalog.models import Accelerator, Offer
     from apps.providers.models import Provider
 
-    org = services.organization_create(
-        name="bench-reconcile", slug="bench-reconcile", compute_enabled=True
-    )
-    ledger.grant(organization=org, amount_micros=10**13, idempotency_key="bench-credits")
+    org = funded_org("bench-reconcile", credits_micros=10**13)
     Offer.objects.update(enabled=False)
     provider = Provider.objects.create(
         name="bench-reconcile",

@@ -42,6 +42,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
+from common import funded_org  # noqa: E402
 from live_stack import database_url, group_cpu_s, setup_django, web_answers  # noqa: E402
 
 BENCH_DB = "trainyard_bench_requests"
@@ -73,14 +74,11 @@ def live_attempts(count: int) -> list[tuple[str, str]]:
     os.environ["ALLOWED_HOSTS"] = "127.0.0.1"  # the in-process client's host
     setup_django(BENCH_DB, REDIS_URL)
     redis.Redis.from_url(REDIS_URL).flushdb()
-    from apps.accounts.services import organization_create
-    from apps.billing import ledger
     from apps.jobs import services
     from apps.jobs.execution.tokens import token_for
     from apps.jobs.models import Attempt, Job
 
-    org = organization_create(name="bench-requests", slug="bench-requests", compute_enabled=True)
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
+    org = funded_org("bench-requests")
     payload = {
         "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 10},
         "container": {"image": "python:3.11-slim", "command": ["python", "train.py"]},

@@ -40,7 +40,7 @@ notes then give the bundles' mean size and the web CPU per runner call. Every
 and so heartbeats every 5 s: a level's heartbeat figure is made of theirs (the others' batch
 answers stand in for heartbeats, and they send almost none). 0: every attempt prints.
 `BENCH_SCALE_PEOPLE_WEB=1` serves people (the browser, the API submits) from a second web
-process and the runners from the first, as README's "Running at scale" suggests; the cores
+process and the runners from the first, as docs/scaling.md suggests; the cores
 then name it `people`.
 `BENCH_SCALE_REAL_RELAY=1` has the real runners talk through one host relay
 (`python -m runner.relay`, started with the stack, named by the real provider's `relay_url`)
@@ -68,13 +68,14 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
+
+from common import JobsApi  # noqa: E402
 
 BENCH_DB = "trainyard_bench_scale"
 REDIS_URL = os.environ.get("BENCH_SCALE_REDIS_URL", "redis://127.0.0.1:6379/9")
@@ -107,7 +108,7 @@ RELAY_ONE_LANE = os.environ.get("BENCH_SCALE_RELAY_ONE_LANE", "") not in ("", "0
 RELAY_BATCH_INTERVAL_MS = float(os.environ.get("BENCH_SCALE_RELAY_BATCH_INTERVAL_MS", 200))
 BUNDLES = ("bundle", "beat bundle")  # the generator's kinds for a relay's two lanes
 # The real runners talk through one host relay (`python -m runner.relay`, started here, its
-# address the real provider's `relay_url`), as README's "Running at scale" suggests.
+# address the real provider's `relay_url`), as docs/scaling.md suggests.
 REAL_RELAY = os.environ.get("BENCH_SCALE_REAL_RELAY", "") not in ("", "0")
 # Every K-th of the generator's attempts prints nothing and so heartbeats on schedule (a
 # job loading its model, between epochs): the heartbeats the level's figure is made of.
@@ -129,29 +130,17 @@ def pct(values, q: float) -> float | None:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-class Api:
-    def __init__(self, base: str, key: str) -> None:
-        import requests
+class Api(JobsApi):
+    """Under load: generous timeouts, and a refused submit counted rather than raised."""
 
-        self.base = f"{base}/api/v1/compute/jobs"
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {key}"
+    def __init__(self, base: str, key: str) -> None:
+        super().__init__(base, key, timeout_s=120)
 
     def submit(self, name: str, command: list[str]) -> str:
-        body = {
-            "name": name,
-            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
-            "container": {"image": "local", "command": command},
-        }
-        response = self.session.post(
-            self.base, json=body, headers={"Idempotency-Key": uuid.uuid4().hex}, timeout=120
-        )
+        response = self.post_job(name, command)
         if response.status_code != 201:  # counted as a failed submit; the level goes on
             return f"error {response.status_code}: {response.text[:200]}"
         return response.json()["id"]
-
-    def terminate(self, job_id: str) -> None:
-        self.session.post(f"{self.base}/{job_id}/terminate", timeout=60)
 
 
 def count(name: str, states) -> int:
@@ -346,16 +335,14 @@ def setup(root: Path):
     """An organization with credits, an API key and a member who signs in; the loadgen and
     real providers (host runtime, one cpu offer each, room for every level)."""
     from bench_live import PASSWORD
+    from common import api_key, funded_org
 
-    from apps.accounts import services
     from apps.accounts.models import Membership, Role, User
-    from apps.billing import ledger
     from apps.catalog.models import Accelerator, Offer
     from apps.providers.models import Provider
 
-    org = services.organization_create(name="bench-scale", slug="bench-scale", compute_enabled=True)
-    ledger.grant(organization=org, amount_micros=10**13, idempotency_key="bench-credits")
-    _, key = services.api_key_create(organization=org, name="bench")
+    org = funded_org("bench-scale", credits_micros=10**13)
+    key = api_key(org)
     user = User.objects.create(username="bench-live", email="bench-scale@example.com")
     user.set_password(PASSWORD)
     user.save()

@@ -389,12 +389,9 @@ def main() -> int:
 
     os.environ["LOCAL_RUNTIME"] = RUNTIME  # the stack's, before Django reads its settings
     setup_django(BENCH_DB, REDIS_URL)
-    from apps.accounts import services
-    from apps.billing import ledger
+    from common import api_key, funded_org
 
-    org = services.organization_create(name="bench-ray", slug="bench-ray", compute_enabled=True)
-    ledger.grant(organization=org, amount_micros=10**12, idempotency_key="bench-credits")
-    _, key = services.api_key_create(organization=org, name="bench")
+    key = api_key(funded_org("bench-ray"))
     results: dict[str, dict[str, list]] = {path: {"Trainyard": [], "Ray": []} for path in PATHS}
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as workdir:
         stack = production_stack(BENCH_DB, REDIS_URL, Path(workdir) / "stack")

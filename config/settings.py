@@ -210,7 +210,7 @@ STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "staticfiles")))
 WHITENOISE_USE_FINDERS = DEBUG
 # Uploaded datasets and stored artifacts (checkpoints, adapters) go through Django's storage
 # API. STORAGE_BACKEND picks where: "filesystem" (MEDIA_ROOT, the default) or "s3" (any
-# S3-compatible object store; see config/storage.py and the README's "Storage").
+# S3-compatible object store; see config/storage.py and docs/configuration.md, "Storage").
 STORAGE_BACKEND = env_str("STORAGE_BACKEND", "filesystem")
 S3_BUCKET = env_str("S3_BUCKET", "")
 S3_ENDPOINT_URL = env_str("S3_ENDPOINT_URL", "")

@@ -31,7 +31,6 @@ directory, nothing written through a link; an archive that breaks a rule is not 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import queue
@@ -57,6 +56,7 @@ from runner.client import (
     log_retry,
     retrying,
 )
+from runner.files import sha256_of
 from runner.protocol import ARTIFACT_LINE_TYPES, ENV_CHECKPOINT_DIR, LINE_CHECKPOINT
 
 # What a line must contain to be worth parsing: one of the types, quoted.
@@ -135,7 +135,7 @@ def pack_directory(directory: str | Path, dest: str | Path) -> Packed:
                     elif not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
                         continue
                     tar.add(full, arcname=os.path.relpath(full, root), recursive=False)
-    return Packed(dest, _sha256_of(dest), dest.stat().st_size)
+    return Packed(dest, sha256_of(dest), dest.stat().st_size)
 
 
 def _link_stays_inside(link: str, root: Path) -> bool:
@@ -207,14 +207,6 @@ def safe_extract(archive: str | Path, dest: str | Path) -> None:
                 raise UnsafeArchive(f"{member.name!r} is not a file, folder or link")
 
 
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(COPY_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class ResumeError(Exception):
     """The checkpoint to resume from could not be fetched or used."""
 
@@ -258,7 +250,7 @@ def fetch_resume(
                 stop=StopWhen(should_stop, sleep),
                 on_retry=on_retry,
             )
-        actual = _sha256_of(archive)
+        actual = sha256_of(archive)
         if actual != sha256.lower():
             raise ResumeError(f"the download hashes to {actual}, not {sha256}")
         shutil.rmtree(partial, ignore_errors=True)

@@ -10,7 +10,6 @@ downloaded again. `path` must be relative and stay inside the working directory.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -25,20 +24,11 @@ from runner.client import (
     log_retry,
     retrying,
 )
-
-CHUNK_BYTES = 1024 * 1024
+from runner.files import sha256_of
 
 
 class InputError(Exception):
     """An input could not be fetched or used; the workload cannot start without it."""
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _target(work: Path, path: Any) -> Path:
@@ -73,7 +63,7 @@ def fetch_inputs(
         url, sha256 = item.get("download_url"), item.get("sha256") or ""
         if not isinstance(url, str) or not url or not isinstance(sha256, str):
             raise InputError(f"input {item.get('path')} needs download_url")
-        if target.is_file() and sha256 and _sha256_of(target) == sha256.lower():
+        if target.is_file() and sha256 and sha256_of(target) == sha256.lower():
             fetched.append(target)
             continue
         part = target.with_name(target.name + ".part")
@@ -87,7 +77,7 @@ def fetch_inputs(
                     on_retry=on_retry,
                 )
             if sha256:
-                actual = _sha256_of(part)
+                actual = sha256_of(part)
                 if actual != sha256.lower():
                     raise InputError(
                         f"input {item['path']}: the download hashes to {actual}, not {sha256}"

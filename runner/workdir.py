@@ -17,7 +17,6 @@ Anything wrong is a `WorkdirError` naming the archive or file; the workload does
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
@@ -34,22 +33,14 @@ from runner.client import (
     log_retry,
     retrying,
 )
+from runner.files import sha256_of
 
 ARCHIVE_PART = "workdir.archive.part"
 UNPACK_DIR = "workdir.unpack"
-CHUNK_BYTES = 1024 * 1024
 
 
 class WorkdirError(Exception):
     """The working directory could not be prepared; the workload cannot start."""
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _remove(path: Path) -> None:
@@ -86,7 +77,7 @@ def _download(
     actual_size = part.stat().st_size
     if isinstance(size, int) and not isinstance(size, bool) and actual_size != size:
         raise WorkdirError(f"the archive downloaded is {actual_size} bytes, not {size}")
-    actual = _sha256_of(part)
+    actual = sha256_of(part)
     if actual != sha256.lower():
         raise WorkdirError(f"the archive downloaded hashes to {actual}, not {sha256}")
 

@@ -38,6 +38,10 @@ from tests.integration.stack import Stack
 from tests.providers.slurm_cluster import slurm_cluster, slurm_provider  # noqa: F401
 from tests.providers.ssh_fixtures import ssh_provider, ssh_state, sshd  # noqa: F401
 
+# The compute API client and its `compute_org`/`api` fixtures, shared by the integration and
+# serving tests.
+pytest_plugins = ["tests.compute_api"]
+
 
 def pytest_configure(config):
     config.pluginmanager.register(parallel.TimingRecorder(config), "trainyard-test-times")

@@ -1,12 +1,12 @@
 """One write to a job: its state changes, events, system log lines and columns, made in as
 few statements as the write needs, with one live sequence number and one push.
 
-A dispatch used to write an allocation as six separate writes (an event, a log line, two
-state changes each re-reading the locked job), each with its own UPDATE of the job, its own
-sequence number and its own push: 22 statements. As one `JobWrite` it is one UPDATE of the
-job, one INSERT of its events, one of its log lines and one upsert of the state counters,
-and a watching page gets one push with all of it (docs/realtime.md: one write, one
-sequence number).
+A `JobWrite` gathers everything one step does to a job (an allocation: an event, a log
+line, two state changes) into one UPDATE of the job, one INSERT of its events, one of its
+log lines and one upsert of the state counters, so a watching page gets one push with all
+of it (docs/realtime.md: one write, one sequence number). Why one: each separate UPDATE of
+the job would take a sequence number and a push of its own, and re-read the locked row, on
+the path every dispatch takes.
 
 The caller holds the job's row lock and read `job` under it (`select_for_update`), so the
 state the write starts from is the row's; the UPDATE checks that it still is.

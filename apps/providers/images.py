@@ -9,7 +9,7 @@ runs workloads of another release's image (TRAINER_IMAGE and ENGINE_IMAGE name o
 
 Two ways to get it:
 - `docker/workload.Dockerfile`, for GPU hosts and registries: torch's CUDA build and the
-  `train` extra from PyPI (README, *Images*: build, push to the operator's registry, then
+  `train` extra from PyPI (docs/finetunes.md, "Images": build, push to the operator's registry, then
   set TRAINER_IMAGE and ENGINE_IMAGE).
 - `build_workload_image` (`manage.py build_images`; `make run` calls it when jobs run in
   containers and the image is missing or stale): no registry, no network beyond a Debian

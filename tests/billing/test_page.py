@@ -9,22 +9,16 @@ import json
 import re
 
 import pytest
-import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
-from channels.testing.websocket import WebsocketCommunicator
-from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-from django.contrib.sessions.backends.db import SessionStore
-from django.db import connections
 
 from apps.accounts import services as account_services
 from apps.accounts.models import Membership
 from apps.billing import budgets, holds, ledger, selectors, usage
 from apps.billing.live import billing_group
 from apps.billing.models import Budget, Transfer
-from apps.core.live import SOCKETS_KEY, watched
+from apps.core.live import watched
 from apps.core.money import format_usd
-from config.asgi import application
+from tests.sockets import SOCKET_TEST, socket_counts_reset, websocket
 
 PAGE = "/o/acme/billing/"
 PRICE = 100_000  # the seeded cpu offer: $0.10 per slot-hour
@@ -256,48 +250,13 @@ class TestPage:
 
 # -- the websocket -------------------------------------------------------------------------
 
-live = [pytest.mark.anyio, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
 
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
 
 
-@pytest.fixture
-async def _sockets_reset():
-    """Socket counts and watcher counts live in Redis; user ids restart with each test
-    database, so start each socket test without counts of earlier ones."""
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
-    try:
-        keys = [
-            *await client.keys(SOCKETS_KEY.format(user_id="*")),
-            *await client.keys("trainyard:watchers:billing.*"),
-        ]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
-    yield
-    await database_sync_to_async(connections.close_all)()
-
-
-def _session_cookie(user) -> str:
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.save()
-    return f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
-
-
-async def _socket(path: str, user=None) -> WebsocketCommunicator:
-    """A socket through the real ASGI application (origin check, session auth)."""
-    headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
-    if user is not None:
-        cookie = await database_sync_to_async(_session_cookie)(user)
-        headers.append((b"cookie", cookie.encode()))
-    return WebsocketCommunicator(application, path, headers=headers)
+_sockets_reset = socket_counts_reset("trainyard:watchers:billing.*")
 
 
 async def _receive_until(socket, needle: str, timeout: float = 5) -> str:
@@ -313,24 +272,24 @@ async def _receive_until(socket, needle: str, timeout: float = 5) -> str:
 
 @pytest.mark.usefixtures("_sockets_reset")
 class TestSocket:
-    pytestmark = live
+    pytestmark = SOCKET_TEST
 
     async def test_anonymous_is_closed_4401(self, org):
-        socket = await _socket("/ws/billing/acme/")
+        socket = await websocket("/ws/billing/acme/")
         await socket.connect()
         assert await socket.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
 
     async def test_a_non_member_is_closed_4403(self, outsider, org):
-        socket = await _socket("/ws/billing/acme/", outsider)
+        socket = await websocket("/ws/billing/acme/", outsider)
         assert (await socket.connect())[0]
         assert await socket.receive_output(timeout=2) == {"type": "websocket.close", "code": 4403}
-        nowhere = await _socket("/ws/billing/no-such-org/", outsider)
+        nowhere = await websocket("/ws/billing/no-such-org/", outsider)
         await nowhere.connect()
         assert await nowhere.receive_output(timeout=2) == {"type": "websocket.close", "code": 4403}
 
     async def test_a_ledger_write_pushes_the_new_cards_and_bars(self, member, org):
         await database_sync_to_async(budget)(org, 100_000, public_id="bud_live")
-        socket = await _socket("/ws/billing/acme/", member)
+        socket = await websocket("/ws/billing/acme/", member)
         assert (await socket.connect())[0]
 
         await database_sync_to_async(ledger.grant)(
@@ -343,7 +302,7 @@ class TestSocket:
         await socket.disconnect()
 
     async def test_bursts_coalesce_and_end_on_the_truth(self, member, org):
-        socket = await _socket("/ws/billing/acme/", member)
+        socket = await websocket("/ws/billing/acme/", member)
         assert (await socket.connect())[0]
 
         for n in range(10):
@@ -361,7 +320,7 @@ class TestSocket:
     async def test_a_budget_notice_is_added_to_the_list(self, member, org, cpu_offer, hold):
         attempt = await database_sync_to_async(hold)(cpu_offer)
         await database_sync_to_async(budget)(org, 100_000, public_id="bud_n")
-        socket = await _socket("/ws/billing/acme/", member)
+        socket = await websocket("/ws/billing/acme/", member)
         assert (await socket.connect())[0]
 
         await database_sync_to_async(bill)(attempt, 30)
@@ -372,7 +331,7 @@ class TestSocket:
         await socket.disconnect()
 
     async def test_the_sessions_organization_is_used_without_one_in_the_path(self, member, org):
-        socket = await _socket("/ws/billing/", member)
+        socket = await websocket("/ws/billing/", member)
         assert (await socket.connect())[0]  # no org remembered: the first membership's
         await database_sync_to_async(ledger.grant)(
             organization=org, amount_micros=1_000_000, idempotency_key="session-grant"
@@ -382,7 +341,7 @@ class TestSocket:
 
     async def test_a_removed_member_is_closed_4403_at_the_next_push(self, member, org, settings):
         settings.WS_REAUTH_INTERVAL_S = 0
-        socket = await _socket("/ws/billing/acme/", member)
+        socket = await websocket("/ws/billing/acme/", member)
         assert (await socket.connect())[0]
 
         def remove():
@@ -399,7 +358,7 @@ class TestSocket:
 
     async def test_nothing_is_sent_to_an_organization_nobody_watches(self, member, org):
         assert not await database_sync_to_async(watched)(billing_group(org.pk))
-        socket = await _socket("/ws/billing/acme/", member)
+        socket = await websocket("/ws/billing/acme/", member)
         assert (await socket.connect())[0]
         assert await database_sync_to_async(watched)(billing_group(org.pk))
         await socket.disconnect()

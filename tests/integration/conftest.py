@@ -3,16 +3,9 @@ the test database, and per test an organization with an API key talking to it ov
 
 from __future__ import annotations
 
-import uuid
-
-import pytest
-import requests
-
-from apps.accounts import services as account_services
-from tests.factories import OrganizationFactory
-from tests.integration.stack import wait_for
-
-TERMINAL = {"succeeded", "failed", "terminated"}
+# `compute_org` and `api` come from tests/compute_api.py (a plugin of tests/conftest.py);
+# the tests here import TERMINAL from this module.
+from tests.compute_api import TERMINAL  # noqa: F401
 
 # A workload that runs until the test lets it go (`let_go`): a test that must see it running
 # waits on it rather than racing a fixed sleep on a loaded machine.
@@ -23,105 +16,3 @@ def let_go(stack, job_id: str, attempt: int = 1) -> None:
     """End an `UNTIL_LET_GO` workload on the local provider: the file it waits for, in its
     working directory as the host sees it."""
     (stack.workdir / "work" / job_id / f"attempt-{attempt}" / "work" / "go").touch()
-
-
-class ComputeApi:
-    """A client of the compute API, as a user's script would be."""
-
-    def __init__(self, base: str, key: str) -> None:
-        self.base = base
-        self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Bearer {key}"
-
-    def submit(
-        self,
-        *,
-        command=None,
-        script_b64=None,
-        env=None,
-        secret_env=None,
-        limits=None,
-        name="it",
-        image="local",
-    ) -> dict:
-        container = {"image": image, "env": env or {}, "secret_env": secret_env or {}}
-        if command is not None:
-            container["command"] = command
-        if script_b64 is not None:
-            container["script_b64"] = script_b64
-        body = {
-            "name": name,
-            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
-            "container": container,
-        }
-        if limits:
-            body["limits"] = limits
-        response = self.session.post(
-            f"{self.base}/api/v1/compute/jobs",
-            json=body,
-            headers={"Idempotency-Key": uuid.uuid4().hex},
-            timeout=10,
-        )
-        assert response.status_code == 201, response.text
-        return response.json()
-
-    def job(self, job_id: str) -> dict:
-        response = self.session.get(f"{self.base}/api/v1/compute/jobs/{job_id}", timeout=10)
-        assert response.status_code == 200, response.text
-        return response.json()
-
-    def wait_state(self, job_id: str, states: set[str] | str, timeout: float = 60) -> dict:
-        """The job once its state is one of `states`. A job that ends in a state not wanted
-        fails the wait at once, saying how it ended, rather than after `timeout`."""
-        wanted = {states} if isinstance(states, str) else states
-
-        def reached() -> dict | None:
-            job = self.job(job_id)
-            if job["state"] in wanted:
-                return job
-            if job["state"] in TERMINAL:
-                said = [(event["type"], event["message"]) for event in self.events(job_id)]
-                raise AssertionError(
-                    f"{job_id} ended {job['state']} ({job.get('reason')}) while waiting for "
-                    f"{sorted(wanted)}: {said}"
-                )
-            return None
-
-        return wait_for(reached, timeout=timeout, what=f"{job_id} to reach {sorted(wanted)}")
-
-    def terminate(self, job_id: str) -> dict:
-        response = self.session.post(
-            f"{self.base}/api/v1/compute/jobs/{job_id}/terminate", timeout=10
-        )
-        assert response.status_code == 200, response.text
-        return response.json()
-
-    def logs(self, job_id: str, **params) -> list[dict]:
-        lines, cursor = [], None
-        while True:
-            query = {"limit": 500, **params, **({"cursor": cursor} if cursor else {})}
-            response = self.session.get(
-                f"{self.base}/api/v1/compute/jobs/{job_id}/logs", params=query, timeout=30
-            )
-            assert response.status_code == 200, response.text
-            body = response.json()
-            lines += body["data"]
-            if not (cursor := body["next_cursor"]):
-                return lines
-
-    def events(self, job_id: str) -> list[dict]:
-        response = self.session.get(
-            f"{self.base}/api/v1/compute/jobs/{job_id}/events", params={"limit": 500}, timeout=10
-        )
-        return response.json()["data"]
-
-
-@pytest.fixture
-def compute_org(transactional_db):
-    return OrganizationFactory(slug=f"it-{uuid.uuid4().hex[:6]}", compute_enabled=True)
-
-
-@pytest.fixture
-def api(live_stack, compute_org):
-    _, key = account_services.api_key_create(organization=compute_org, name="it")
-    return ComputeApi(live_stack.url, key)

@@ -15,9 +15,10 @@ from apps.jobs.models import Artifact, Attempt, LogLine, MetricPoint
 from apps.providers.backends.local import container_runtime
 from apps.providers.models import Provider
 from apps.secrets import services as secret_services
+from tests.compute_api import ComputeApi
 from tests.containers import MARKER, MARKER_PATH, containers_of_job
 from tests.factories import OrganizationFactory
-from tests.integration.conftest import TERMINAL, UNTIL_LET_GO, ComputeApi, let_go
+from tests.integration.conftest import TERMINAL, UNTIL_LET_GO, let_go
 from tests.integration.stack import wait_for
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]

@@ -16,7 +16,7 @@ import pytest
 
 from apps.jobs.models import LogLine
 from apps.providers.models import Provider
-from tests.integration.conftest import TERMINAL, ComputeApi
+from tests.compute_api import TERMINAL, ComputeApi
 from tests.integration.test_body_limits import _post_headers_only
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]

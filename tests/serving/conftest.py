@@ -1,27 +1,14 @@
 """Fixtures of the serving tests: the stack's storage, and completed fine-tunes whose
-adapters (trained once per session by the real trainer) are stored artifacts."""
+adapters (trained once per session by the real trainer) are stored artifacts. `compute_org`
+and `api` are the ones tests/compute_api.py gives every test."""
 
 from __future__ import annotations
-
-import uuid
 
 import pytest
 
 from apps.accounts import services as account_services
-from tests.factories import OrganizationFactory, ProjectFactory
-from tests.integration.conftest import ComputeApi
+from tests.factories import ProjectFactory
 from tests.serving.fixtures import finished_finetune
-
-
-@pytest.fixture
-def compute_org(transactional_db):
-    return OrganizationFactory(slug=f"sv-{uuid.uuid4().hex[:6]}", compute_enabled=True)
-
-
-@pytest.fixture
-def api(live_stack, compute_org) -> ComputeApi:
-    _, key = account_services.api_key_create(organization=compute_org, name="it")
-    return ComputeApi(live_stack.url, key)
 
 
 @pytest.fixture

@@ -15,25 +15,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
-from channels.testing.websocket import WebsocketCommunicator
-from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-from django.contrib.sessions.backends.db import SessionStore
-from django.db import connections
 from django.test import Client
 from django.utils import timezone
 
 from apps.accounts import services as account_services
-from apps.core.live import SOCKETS_KEY, watched
+from apps.core.live import watched
 from apps.finetunes import payloads
 from apps.jobs.models import Artifact, Job
 from apps.jobs.states import JobState
 from apps.serving import services
 from apps.serving.live import endpoint_group
 from apps.serving.models import Endpoint, EndpointRequest, EndpointRevision, Promotion
-from config.asgi import application
+from tests.sockets import SOCKET_TEST, socket_counts_reset, websocket
 
 BASE = "tiny/llama-base"
 
@@ -602,63 +596,29 @@ class TestWrites:
 
 # -- the websocket -------------------------------------------------------------------------
 
-live = [pytest.mark.anyio, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
 
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
 
 
-@pytest.fixture
-async def _sockets_reset():
-    """Socket and watcher counts live in Redis; ids restart with each test database."""
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
-    try:
-        keys = [
-            *await client.keys(SOCKETS_KEY.format(user_id="*")),
-            *await client.keys("trainyard:watchers:serving.*"),
-        ]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
-    yield
-    await database_sync_to_async(connections.close_all)()
-
-
-def _session_cookie(user) -> str:
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.save()
-    return f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
-
-
-async def _socket(path: str, user=None) -> WebsocketCommunicator:
-    """A socket through the real ASGI application (origin check, session auth)."""
-    headers = [(b"origin", b"http://127.0.0.1"), (b"host", b"127.0.0.1")]
-    if user is not None:
-        cookie = await database_sync_to_async(_session_cookie)(user)
-        headers.append((b"cookie", cookie.encode()))
-    return WebsocketCommunicator(application, path, headers=headers)
+_sockets_reset = socket_counts_reset("trainyard:watchers:serving.*")
 
 
 @pytest.mark.usefixtures("_sockets_reset")
 class TestSocket:
-    pytestmark = live
+    pytestmark = SOCKET_TEST
 
     async def test_anonymous_is_closed_4401(self, project):
         served = await database_sync_to_async(served_endpoint)(project)
-        socket = await _socket(f"/ws/endpoints/{served.endpoint.public_id}/")
+        socket = await websocket(f"/ws/endpoints/{served.endpoint.public_id}/")
         await socket.connect()
         assert await socket.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
 
     async def test_another_organizations_endpoint_is_closed_4403(self, outsider, project):
         served = await database_sync_to_async(served_endpoint)(project)
         for endpoint_id in (served.endpoint.public_id, "ep_nope"):
-            socket = await _socket(f"/ws/endpoints/{endpoint_id}/", outsider)
+            socket = await websocket(f"/ws/endpoints/{endpoint_id}/", outsider)
             assert (await socket.connect())[0]
             assert await socket.receive_output(timeout=2) == {
                 "type": "websocket.close",
@@ -668,7 +628,7 @@ class TestSocket:
     async def test_a_rollback_pushes_the_status_and_tables_out_of_band(self, member, project):
         served = await database_sync_to_async(served_endpoint)(project)
         group = endpoint_group(served.endpoint.pk)
-        socket = await _socket(f"/ws/endpoints/{served.endpoint.public_id}/", member)
+        socket = await websocket(f"/ws/endpoints/{served.endpoint.public_id}/", member)
         assert (await socket.connect())[0]
         assert await database_sync_to_async(watched)(group)
 

@@ -106,11 +106,11 @@ def attempts_by_nonce(nonces: list[str]) -> dict[str, Attempt]:
     in one query.
 
     The nonce is unique, so no ORDER BY: the model's ordering (job, then the job's own
-    ordering) made compiling this query cost as much as running it, on the hottest path
-    there is. Only what log batches and heartbeats use is joined (the job, and its project
-    for live pushes): compiling and reading every column of the organization and the
-    provider too cost a third more per request. The rarer calls (spec, started, exit,
-    uploads) load those when they need them."""
+    ordering) costs as much to compile as the query costs to run, on the hottest path there
+    is. Only what log batches and heartbeats use is joined (the job, and its project for
+    live pushes): compiling and reading the organization's and the provider's columns too
+    would cost every request more. The rarer calls (spec, started, exit, uploads) load
+    those when they need them."""
     if not nonces:
         return {}
     found = Attempt.objects.select_related("job__project").order_by()
@@ -147,7 +147,7 @@ def json_body(request: HttpRequest) -> object:
 
     orjson reads it first (a log batch is the hottest body there is, and orjson reads it
     several times faster); whatever orjson refuses (a lone surrogate escape, an integer past
-    64 bits, NaN, deep nesting, UTF-16) is read by the standard library as before, so the
+    64 bits, NaN, deep nesting, UTF-16) is then read by the standard library, so the
     answer to any body is the one `json` gives."""
     try:
         raw = request.body or b"{}"

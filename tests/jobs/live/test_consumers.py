@@ -1,12 +1,7 @@
 """Websocket consumers through the real ASGI application (origin check, session auth)."""
 
 import pytest
-import redis.asyncio as aioredis
 from channels.db import database_sync_to_async
-from channels.testing.websocket import WebsocketCommunicator
-from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-from django.contrib.sessions.backends.db import SessionStore
 from django.db import connections
 
 from apps.accounts import services as account_services
@@ -14,8 +9,8 @@ from apps.accounts.models import Membership
 from apps.jobs import services
 from apps.jobs.live import consumers
 from apps.jobs.states import JobState
-from config.asgi import application
 from tests.jobs.helpers import make_job
+from tests.sockets import forget_socket_counts, websocket
 
 pytestmark = [pytest.mark.anyio, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -33,26 +28,9 @@ async def _close_connections_of_the_db_thread():
     await database_sync_to_async(connections.close_all)()
 
 
-def _session_cookie(user) -> str:
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.save()
-    return f"{settings.SESSION_COOKIE_NAME}={session.session_key}"
-
-
-async def _socket(path: str, user=None, origin: str = "http://127.0.0.1") -> WebsocketCommunicator:
-    headers = [(b"origin", origin.encode()), (b"host", b"127.0.0.1")]
-    if user is not None:
-        cookie = await database_sync_to_async(_session_cookie)(user)
-        headers.append((b"cookie", cookie.encode()))
-    return WebsocketCommunicator(application, path, headers=headers)
-
-
 async def test_a_member_receives_the_jobs_pushes(member, org):
     job = await database_sync_to_async(make_job)(org)
-    socket = await _socket(f"/ws/jobs/{job.public_id}/", member)
+    socket = await websocket(f"/ws/jobs/{job.public_id}/", member)
     connected, _ = await socket.connect()
     assert connected
     await database_sync_to_async(services.job_transition)(job_id=job.pk, to=JobState.ALLOCATING)
@@ -63,7 +41,7 @@ async def test_a_member_receives_the_jobs_pushes(member, org):
 
 async def test_a_non_member_is_closed_4403_without_data(outsider, org):
     job = await database_sync_to_async(make_job)(org)
-    socket = await _socket(f"/ws/jobs/{job.public_id}/", outsider)
+    socket = await websocket(f"/ws/jobs/{job.public_id}/", outsider)
     connected, _ = await socket.connect()
     assert connected  # the handshake completes so the close code reaches the page
     assert await socket.receive_output(timeout=2) == {"type": "websocket.close", "code": 4403}
@@ -71,23 +49,23 @@ async def test_a_non_member_is_closed_4403_without_data(outsider, org):
 
 async def test_an_anonymous_socket_is_closed_4401(org):
     job = await database_sync_to_async(make_job)(org)
-    socket = await _socket(f"/ws/jobs/{job.public_id}/")
+    socket = await websocket(f"/ws/jobs/{job.public_id}/")
     await socket.connect()
     assert await socket.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
 
 
 async def test_a_foreign_origin_is_refused(member, org):
     job = await database_sync_to_async(make_job)(org)
-    socket = await _socket(f"/ws/jobs/{job.public_id}/", member, origin="http://evil.example")
+    socket = await websocket(f"/ws/jobs/{job.public_id}/", member, origin="http://evil.example")
     connected, _ = await socket.connect()
     assert not connected
 
 
 async def test_the_project_socket_checks_membership(member, outsider, project):
-    ok = await _socket(f"/ws/projects/{project.public_id}/", member)
+    ok = await websocket(f"/ws/projects/{project.public_id}/", member)
     assert (await ok.connect())[0]
     await ok.disconnect()
-    refused = await _socket(f"/ws/projects/{project.public_id}/", outsider)
+    refused = await websocket(f"/ws/projects/{project.public_id}/", outsider)
     await refused.connect()
     assert await refused.receive_output(timeout=2) == {"type": "websocket.close", "code": 4403}
 
@@ -98,13 +76,7 @@ async def test_the_project_socket_checks_membership(member, outsider, project):
 @pytest.fixture(autouse=True)
 async def _no_socket_counts_left_over():
     """Socket counts live in Redis for a day; user ids restart with each test database."""
-    client = aioredis.Redis.from_url(settings.REDIS_URL)
-    try:
-        keys = await client.keys(consumers.SOCKETS_KEY.format(user_id="*"))
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
+    await forget_socket_counts()
     yield
 
 
@@ -117,7 +89,7 @@ def _remove(user, org):
 async def test_a_removed_member_is_closed_4403_at_the_next_push(member, org, settings):
     settings.WS_REAUTH_INTERVAL_S = 0
     job = await database_sync_to_async(make_job)(org)
-    socket = await _socket(f"/ws/jobs/{job.public_id}/", member)
+    socket = await websocket(f"/ws/jobs/{job.public_id}/", member)
     assert (await socket.connect())[0]
     await database_sync_to_async(services.job_transition)(job_id=job.pk, to=JobState.ALLOCATING)
     assert 'data-state="allocating"' in await socket.receive_from(timeout=5)
@@ -134,7 +106,7 @@ async def test_a_removed_member_is_closed_4403_on_the_project_socket(
 ):
     settings.WS_REAUTH_INTERVAL_S = 0
     job = await database_sync_to_async(make_job)(org, project=project.public_id)
-    socket = await _socket(f"/ws/projects/{project.public_id}/", member)
+    socket = await websocket(f"/ws/projects/{project.public_id}/", member)
     assert (await socket.connect())[0]
     await database_sync_to_async(_remove)(member, org)
     await database_sync_to_async(services.job_transition)(job_id=job.pk, to=JobState.ALLOCATING)
@@ -147,7 +119,7 @@ async def test_the_membership_is_checked_at_most_once_per_interval(
 ):
     settings.WS_REAUTH_INTERVAL_S = 3600
     job = await database_sync_to_async(make_job)(org)
-    socket = await _socket(f"/ws/jobs/{job.public_id}/", member)
+    socket = await websocket(f"/ws/jobs/{job.public_id}/", member)
     assert (await socket.connect())[0]
     checks = []
     original = consumers.JobConsumer._allowed
@@ -170,21 +142,21 @@ async def test_a_user_holds_at_most_the_maximum_of_sockets(member, viewer, org, 
     path = f"/ws/jobs/{job.public_id}/"
     held = []
     for _ in range(2):
-        socket = await _socket(path, member)
+        socket = await websocket(path, member)
         assert (await socket.connect())[0]
         held.append(socket)
-    one_too_many = await _socket(path, member)
+    one_too_many = await websocket(path, member)
     assert (await one_too_many.connect())[0]
     assert await one_too_many.receive_output(timeout=2) == {"type": "websocket.close", "code": 4429}
     await one_too_many.disconnect()
 
-    other_user = await _socket(path, viewer)
+    other_user = await websocket(path, viewer)
     assert (await other_user.connect())[0]
     assert await other_user.receive_nothing(timeout=0.2)
     await other_user.disconnect()
 
     await held.pop().disconnect()  # a closed socket gives its place back
-    again = await _socket(path, member)
+    again = await websocket(path, member)
     assert (await again.connect())[0]
     await database_sync_to_async(services.job_transition)(job_id=job.pk, to=JobState.ALLOCATING)
     assert 'data-state="allocating"' in await again.receive_from(timeout=5)
