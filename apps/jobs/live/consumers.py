@@ -40,7 +40,7 @@ from apps.core.live import (  # noqa: F401  (names this module has always offere
     reauth_interval_s,
     sockets_key,
 )
-from apps.jobs import dashboard
+from apps.jobs import overview
 from apps.jobs.live.push import job_group, org_jobs_group, overview_group, project_group
 from apps.jobs.models import Job
 from apps.projects.models import Project
@@ -151,7 +151,7 @@ class OverviewConsumer(_OrgConsumer, CoalescingConsumer):
             "jobs/partials/overview_live.html",
             {
                 "org": membership.organization,
-                "overview": dashboard.overview(membership.organization),
+                "overview": overview.overview(membership.organization),
                 "can_write": membership.can(Role.MEMBER),
                 "oob": True,
             },
@@ -172,11 +172,11 @@ class OrgJobsConsumer(_OrgConsumer, GroupConsumer):
     job's row is forwarded when it matches the page's filters, and a row that stopped
     matching (a job left the filtered state) is taken off the page."""
 
-    filters: dashboard.JobFilters | None = None
+    filters: overview.JobFilters | None = None
 
     def _group_for(self) -> str:
         query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
-        self.filters = dashboard.JobFilters.from_query({k: v[0] for k, v in query.items()})
+        self.filters = overview.JobFilters.from_query({k: v[0] for k, v in query.items()})
         return org_jobs_group(self.membership.organization_id)
 
     async def org_jobs_push(self, message: dict) -> None:

@@ -16,7 +16,7 @@ from django.template.loader import render_to_string
 from django.utils.module_loading import import_string
 
 from apps.core.template_filters import sci, sig
-from apps.jobs import dashboard
+from apps.jobs import overview
 from apps.jobs.events import ARTIFACT_EVENTS, RESUME_EVENTS, JobEventType
 from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Artifact, Job, JobEvent, LogLine, MetricPoint
@@ -173,9 +173,9 @@ def artifacts_context(job: Job) -> dict:
 def waiting_reason(job: Job) -> str:
     """Why a job that waits for hardware is waiting, in the overview's words ("" for one
     that does not wait)."""
-    if job.state not in dashboard.QUEUED_STATES:
+    if job.state not in overview.QUEUED_STATES:
         return ""
-    return dashboard.waiting_reasons([job], over_budget=False)[job.pk]
+    return overview.waiting_reasons([job], over_budget=False)[job.pk]
 
 
 # Placement's own account of why a job waits, offer by offer. It lives in
@@ -327,7 +327,7 @@ def render_row_push(job: Job) -> str:
 
 
 def push_facts(job: Job) -> dict:
-    """What an all-jobs list filters a pushed row on (`apps.jobs.dashboard.JobFilters`)."""
+    """What an all-jobs list filters a pushed row on (`apps.jobs.overview.JobFilters`)."""
     return {
         "job": job.public_id,
         "project": job.project.slug,

@@ -13,7 +13,7 @@ from apps.accounts.models import Membership, Role
 from apps.accounts.tenancy import membership_for_slug, remember_org
 from apps.core.errors import InvalidRequest
 from apps.core.pagination import PageRequest, parse_page_request
-from apps.jobs import dashboard
+from apps.jobs import overview as reads
 from apps.jobs.models import Job
 from apps.jobs.states import JobState
 from apps.projects.models import Project
@@ -31,7 +31,7 @@ def overview(request: HttpRequest, org_slug: str) -> HttpResponse:
         "org": org,
         "membership": membership,
         "can_write": membership.can(Role.MEMBER),
-        "overview": dashboard.overview(org),
+        "overview": reads.overview(org),
         "projects": list(Project.objects.for_org(org).order_by("name")[:50]),
     }
     return TemplateResponse(request, "jobs/overview.html", context)
@@ -45,14 +45,14 @@ def org_jobs(request: HttpRequest, org_slug: str) -> HttpResponse:
     membership = membership_for_slug(request.user, org_slug)
     org = membership.organization
     remember_org(request, org)
-    filters = dashboard.JobFilters.from_query(request.GET)
+    filters = reads.JobFilters.from_query(request.GET)
     error = ""
     try:
         after = parse_page_request(request.GET, key_length=2).after
     except InvalidRequest:  # a stale or hand-edited cursor: the newest jobs instead
         after = None
     try:
-        jobs, next_cursor, total = dashboard.org_jobs(
+        jobs, next_cursor, total = reads.org_jobs(
             org, PageRequest(JOBS_PER_PAGE, after, True), filters
         )
     except InvalidRequest as exc:  # a creator who is not a member: say so, list nothing
