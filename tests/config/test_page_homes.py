@@ -9,28 +9,34 @@ checked, and why this way:
   data for every page and misses the branches a test does not reach (an error page, a 429).
   A name is read where code names a template: the template argument of `TemplateResponse`,
   `render`, `render_to_string`, `get_template` and `select_template`, a `template_name=`
-  keyword, and `template_name`/`section_template` class attributes (a New Job form's tab,
-  included by the page). A name built at runtime must start with a literal folder or a
-  module constant (`f"jobs/partials/{name}"`, `f"{DETAIL}#{part}"`); one that does not fails
-  here, so no template escapes the check by being computed.
+  keyword, and class attributes named `template_name` or `*_template` (a New Job form's
+  `section_template`, included by the page; an admin's `change_list_template`). A name
+  built at runtime must start with a literal folder or a module constant
+  (`f"jobs/partials/{name}"`, `f"{DETAIL}#{part}"`); one that does not fails here, so no
+  template escapes the check by being computed.
 - Every URL pattern is resolved to its view (decorators unwrapped, class-based views by
   their class), so a page served from outside `apps/` fails, and so does one whose class
-  inherits a template from another app.
+  inherits a template from another app. Django's own views (the admin's model pages, the
+  logout view) render Django's templates and are left alone.
+- The map in `docs/architecture.md` is read back: each row's URL name, view and templates
+  must exist, and the view must be the one that URL resolves to.
 - Every module under `apps/` is read too: helpers that render partials for live pushes are
   not URL views, but their templates follow the same rule.
 
-`docs/architecture.md` ("Where each page lives") is the map this rule keeps true.
+Known exceptions are listed in `EXCEPTIONS`, each with its reason.
 """
 
 from __future__ import annotations
 
 import ast
 import inspect
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
 
-from django.urls import URLPattern, URLResolver, get_resolver
+from django.urls import NoReverseMatch, URLPattern, URLResolver, get_resolver, reverse
 
 ROOT = Path(__file__).resolve().parents[2]
 APPS = ROOT / "apps"
@@ -45,7 +51,6 @@ RENDER_CALLS = {
     "get_template": 0,
     "select_template": 0,
 }
-TEMPLATE_ATTRIBUTES = ("template_name", "section_template")
 
 # Known exceptions, each with its reason. Billing's `/billing/` shows the accounts page for a
 # user without an organization; the fix (an `accounts.views.no_org` page billing calls) waits
@@ -110,6 +115,10 @@ def _is_self_attribute(node: ast.expr) -> bool:
     )
 
 
+def _is_template_attribute(name: str) -> bool:
+    return name == "template_name" or name.endswith("_template")
+
+
 def _call_name(node: ast.Call) -> str | None:
     func = node.func
     if isinstance(func, ast.Name):
@@ -138,7 +147,7 @@ def templates_named_in(path: Path) -> list[Named]:
                     isinstance(statement, ast.Assign)
                     and len(statement.targets) == 1
                     and isinstance(statement.targets[0], ast.Name)
-                    and statement.targets[0].id in TEMPLATE_ATTRIBUTES
+                    and _is_template_attribute(statement.targets[0].id)
                 ):
                     found.append(Named(path, statement.lineno, _value(statement.value, constants)))
         if argument is not None and not _is_self_attribute(argument):
@@ -189,6 +198,13 @@ def view_of(pattern: URLPattern) -> tuple[Path | None, list[str]]:
     except TypeError:
         return None, names
     return path, names
+
+
+def view_name(pattern: URLPattern) -> str:
+    """`module.qualname` of the pattern's view (its class for a class-based view)."""
+    callback = pattern.callback
+    target = getattr(callback, "view_class", None) or inspect.unwrap(callback)
+    return f"{target.__module__}.{target.__qualname__}"
 
 
 def test_every_url_of_ours_is_served_by_a_view_in_an_app():
@@ -268,3 +284,56 @@ def test_the_rule_catches_a_page_rendering_another_apps_template(tmp_path):
     assert "projects/dataset_list.html is rendered by finetunes" in verdicts[5]
     assert "name the template with a literal" in verdicts[7]
     assert verdicts[9] is None
+
+
+def _stale_url_name(name: str) -> bool:
+    try:
+        reverse(name)
+    except NoReverseMatch as error:  # arguments missing is fine; an unknown name is not
+        return "not a valid view function or pattern name" in str(error) or (
+            "not a registered namespace" in str(error)
+        )
+    return False
+
+
+def _importable(dotted: str) -> bool:
+    """`accounts.views.home` or `billing.admin.AccountAdmin.grant_view`, under `apps.`."""
+    parts = f"apps.{dotted}".split(".")
+    for split in range(len(parts) - 1, 0, -1):
+        try:
+            target = import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for attribute in parts[split:]:
+            if not hasattr(target, attribute):
+                return False
+            target = getattr(target, attribute)
+        return True
+    return False
+
+
+def test_the_map_in_docs_names_real_urls_views_and_templates():
+    """`docs/architecture.md`'s "Where each page lives": a row whose URL name, view or
+    template has gone stale fails here, so the map a newcomer reads first stays right."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## Where each page lives", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `")]
+    assert len(rows) >= 20
+    served_by: dict[str, set[str]] = {}
+    for pattern in url_patterns():
+        if pattern.name:
+            served_by.setdefault(pattern.name, set()).add(view_name(pattern))
+    stale = []
+    for row in rows:
+        url_name, _, view, templates = (cell.strip() for cell in row.strip("|").split("|"))
+        if _stale_url_name(url_name.strip("`")):
+            stale.append(f"no URL named {url_name}")
+        if not _importable(view.strip("`")):
+            stale.append(f"no view {view}")
+        served = served_by.get(url_name.strip("`"), {f"apps.{view.strip('`')}"})
+        if f"apps.{view.strip('`')}" not in served:
+            stale.append(f"{url_name} is served by {sorted(served)}, not {view}")
+        for name in re.findall(r"`([^`]+\.html)`", templates):
+            if not (TEMPLATES / name).is_file():
+                stale.append(f"no template {name}")
+    assert stale == []
