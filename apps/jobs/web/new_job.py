@@ -239,6 +239,8 @@ def page_forms() -> list[type[JobForm]]:
 @login_required
 @require_http_methods(["GET", "POST"])
 def job_new(request: HttpRequest, org_slug: str, project_slug: str) -> HttpResponse:
+    """The page for members (viewers get 403). A POST names its form (`form=<form_id>`); only
+    that form is bound, the others render as on a GET."""
     membership = membership_for_slug(request.user, org_slug)
     organization = membership.organization
     project = get_object_or_404(Project.objects.for_org(organization), slug=project_slug)
