@@ -8,8 +8,10 @@ from typing import Any
 from django import forms
 from django.core.exceptions import ValidationError
 
+from apps.accounts.models import Organization
 from apps.core.errors import InvalidRequest
 from apps.finetunes import datasets, hub_refs, payloads
+from apps.finetunes.demo import demo_finetune_initial
 from apps.finetunes.models import Dataset
 from apps.hub.models import RepoKind
 from apps.jobs.models import Job
@@ -25,10 +27,13 @@ class DatasetUploadForm(forms.Form):
 
 
 class FinetuneJobForm(JobForm):
-    """A LoRA fine-tune of an open-weight model, the reference dashboard's fields."""
+    """A LoRA fine-tune of an open-weight model, the reference dashboard's fields. The New
+    Job page finds it through the fine-tune kind's `form_class` (`apps.finetunes.kind`)."""
 
     form_id = "finetune"
     kind = Job.Kind.FINETUNE
+    title = "Fine-tune"
+    section_template = "finetunes/partials/new_job_form.html"
     quote_target = "finetune-quote"
     default_disk_gb = 20
     field_order = [
@@ -90,6 +95,23 @@ class FinetuneJobForm(JobForm):
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         self.project = project
         super().__init__(*args, **kwargs)
+
+    @classmethod
+    def for_page(
+        cls,
+        data: Any,
+        *,
+        organization: Organization,
+        project: Project,
+        quote_url: str,
+    ) -> FinetuneJobForm:
+        """Prefilled with the demo model and dataset where `seed_demo` published them."""
+        return cls(
+            data=data,
+            quote_url=quote_url,
+            initial=demo_finetune_initial(organization),
+            project=project,
+        )
 
     @cached_property
     def uploaded_datasets(self) -> list[Dataset]:

@@ -11,6 +11,8 @@ HOST_PATH_PREFIXES = ("/", "./", "../", "~")
 
 
 class Finetune(JobKind):
+    form_class = "apps.finetunes.forms.FinetuneJobForm"
+
     def runner_inputs(self, job: Job) -> tuple[list[inputs.RunnerInput], dict[str, str]]:
         """The uploaded dataset the config names, and the config pointing at its copy."""
         return inputs.runner_inputs(job)

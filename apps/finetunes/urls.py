@@ -4,11 +4,6 @@ from apps.finetunes import views
 
 urlpatterns = [
     path(
-        "o/<slug:org_slug>/projects/<slug:project_slug>/jobs/new/",
-        views.job_new,
-        name="job-new",
-    ),
-    path(
         "o/<slug:org_slug>/projects/<slug:project_slug>/datasets/",
         views.project_datasets,
         name="project-datasets",

@@ -5,6 +5,9 @@ calls `hooks_for(job)` and one of its hooks; a kind that needs nothing special u
 defaults of `JobKind`. A kind's app (`apps.finetunes`, later `apps.serving`) sits above
 `jobs` and subclasses `JobKind`; it is named here as a string, so `jobs` imports nothing of
 it, and loaded on first use.
+
+Each hook says who calls it. Most serve the core; `training_config` and `form_class` serve
+pages only.
 """
 
 from __future__ import annotations
@@ -32,27 +35,38 @@ class JobKind:
 
     # True for a kind whose workload is a server the control plane calls (placed only on
     # providers whose backend `SERVES_ENDPOINTS`; its `serving` line records the port).
+    # Read by execution.placement (Wants.of) and telemetry.ingestion (_record_service_port).
     serves: bool = False
 
+    # The New Job page's form for this kind, as a dotted path to a `jobs.web.forms.JobForm`
+    # subclass (a string: the form lives in the kind's app, above `jobs`); None: no tab.
+    # Read by web.new_job (page_forms).
+    form_class: str | None = None
+
     def usage_resource(self, job: Job) -> tuple[str, str, str]:
-        """How billing's usage names the job's minutes: (resource type, id, name)."""
+        """How billing's usage names the job's minutes: (resource type, id, name).
+        Called by execution.attempts (_meter_fields)."""
         return "job", job.public_id, job.name
 
     def service_ready(self, job: Job, attempt: int, port: int) -> None:
-        """The attempt's workload announced it listens on `port` (called after commit)."""
+        """The attempt's workload announced it listens on `port` (called after commit).
+        Called by telemetry.ingestion (_record_service_port)."""
 
     def runner_inputs(self, job: Job) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """Files the runner fetches before the workload starts (the spec's `inputs`), and
-        env entries that replace the job's own for the runner."""
+        env entries that replace the job's own for the runner.
+        Called by runner_api.lifecycle (spec)."""
         return [], {}
 
     def training_config(self, job: Job) -> dict[str, Any] | None:
         """What a training kind was asked to do (model, dataset, dataset_format, max_steps,
-        learning_rate), shown in the job page's Configuration; None for other kinds."""
+        learning_rate), shown in the job page's Configuration; None for other kinds.
+        Called by live.partials (state_context)."""
         return None
 
     def failure_reason(self, job: Job, exit_code: int) -> str:
-        """The job's `reason` when its workload exits with a non-zero `exit_code`."""
+        """The job's `reason` when its workload exits with a non-zero `exit_code`.
+        Called by execution.supervision (finalize)."""
         if exit_code == protocol.EXIT_WORKDIR_INVALID and workdir_never_prepared(job):
             return WORKDIR_INVALID
         return f"exit_code_{exit_code}"
@@ -60,18 +74,19 @@ class JobKind:
     def host_paths(self, job: Job) -> list[str]:
         """Paths on the host that the workload reads (a model or dataset given as a path).
         Such a job runs only on single-tenant providers: elsewhere another organization's
-        files could be named, and in a container they do not exist."""
+        files could be named, and in a container they do not exist.
+        Called by execution.placement (Wants.of)."""
         return []
 
     def exit_is_final(self, job: Job, attempt: Attempt, exit_code: int | None) -> bool:
         """True when an attempt that was told to checkpoint and stop ended with its real
         outcome anyway (it had finished), so the exit decides the job's fate rather than a
-        preemption."""
+        preemption. Called by execution.preemption (preemption_reason)."""
         return False
 
     def succeeded(self, job: Job) -> None:
         """The job has succeeded (called in a worker after that commit; may run twice, so
-        what it does must be safe to repeat)."""
+        what it does must be safe to repeat). Called by tasks (job_succeeded)."""
 
 
 def ships_code(job: Job) -> bool:
@@ -102,3 +117,9 @@ _DEFAULT = JobKind()
 def hooks_for(job: Job) -> JobKind:
     path = KIND_HOOKS.get(job.kind)
     return _load(path) if path else _DEFAULT
+
+
+def registered_kinds() -> list[JobKind]:
+    """The hooks of every kind in `KIND_HOOKS`, in its order (the container kind, which has
+    no entry, is not among them)."""
+    return [_load(path) for path in KIND_HOOKS.values()]

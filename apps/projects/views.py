@@ -1,5 +1,6 @@
 """Project pages: the list and the create form. A project's own page, with its Jobs tab, is
-`apps.jobs.web.views.project_detail`; its datasets are `apps.finetunes.views`."""
+`apps.jobs.web.views.project_detail` (with `templates/jobs/project_detail.html`); its datasets
+are `apps.finetunes.views`."""
 
 from __future__ import annotations
 

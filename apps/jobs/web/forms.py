@@ -1,6 +1,8 @@
-"""The New Job page's two forms. Each turns what a person typed into the request body the API
-takes (`apps.jobs.specs`), so `services.job_create` validates both alike, and puts the
-service's `InvalidRequest` back next to the field its dotted `param` names.
+"""The New Job page's forms: the container form here, and the form each job kind supplies
+through its `JobKind.form_class` (the fine-tune form is `apps.finetunes.forms`). Each turns
+what a person typed into the request body the API takes (`apps.jobs.specs`), so
+`services.job_create` validates them alike, and puts the service's `InvalidRequest` back
+next to the field its dotted `param` names.
 
 The forms check only what the page's own syntax needs (a command line that splits, one
 `NAME=value` per line, secret names that exist); everything the API checks is left to the
@@ -21,6 +23,7 @@ from apps.catalog.models import Accelerator
 from apps.core.errors import ApiError
 from apps.jobs.models import Job
 from apps.jobs.specs import MAX_DISK_GB
+from apps.projects.models import Project
 from apps.secrets.models import Secret
 
 # Every count any accelerator comes in; the service rejects one the chosen accelerator lacks
@@ -98,12 +101,15 @@ def accelerator_choices() -> list[tuple[str, str]]:
 
 
 class JobForm(forms.Form):
-    """What both forms share: the compute choice, the live quote on it, field ids prefixed
-    with the form's id (two forms on one page both have a "Job name"), and the mapping of the
-    service's error `param`s to fields."""
+    """What every form of the page shares: the compute choice, the live quote on it, field ids
+    prefixed with the form's id (two forms on one page both have a "Job name"), the mapping
+    of the service's error `param`s to fields, and its tab on the page (`title`, and the
+    `section_template` the page includes with `form` and `quote` set)."""
 
     form_id: str = ""
     kind: str = Job.Kind.CONTAINER
+    title: str = ""
+    section_template: str = ""
     quote_target: str = ""
     default_disk_gb: int = 10
     # (param prefix, field): `param` equal to the prefix, or below it (`prefix.x`, `prefix[0]`).
@@ -162,6 +168,20 @@ class JobForm(forms.Form):
                 if name in self.fields:
                     self.fields[name].widget.attrs.update(live)
 
+    @classmethod
+    def for_page(
+        cls,
+        data: Any,
+        *,
+        organization: Organization,
+        project: Project,
+        quote_url: str,
+    ) -> JobForm:
+        """The form as the New Job page shows it; `data` is the POST when this form was the
+        one submitted, else None. A form that needs more (a project, an initial value)
+        overrides this."""
+        return cls(data=data, quote_url=quote_url)
+
     def clean_priority_class(self) -> str:
         return self.cleaned_data["priority_class"] or "standard"
 
@@ -208,6 +228,8 @@ class ContainerJobForm(JobForm):
 
     form_id = "container"
     kind = Job.Kind.CONTAINER
+    title = "Container"
+    section_template = "jobs/partials/new_job_container.html"
     quote_target = "quote"
     default_disk_gb = 10
     param_fields = (
@@ -310,6 +332,17 @@ class ContainerJobForm(JobForm):
     def __init__(self, *args: Any, organization: Organization, **kwargs: Any) -> None:
         self.organization = organization
         super().__init__(*args, **kwargs)
+
+    @classmethod
+    def for_page(
+        cls,
+        data: Any,
+        *,
+        organization: Organization,
+        project: Project,
+        quote_url: str,
+    ) -> ContainerJobForm:
+        return cls(data=data, organization=organization, quote_url=quote_url)
 
     def clean_command(self) -> list[str] | None:
         line = self.cleaned_data["command"]

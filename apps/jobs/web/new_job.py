@@ -1,6 +1,12 @@
-"""What the New Job page needs of jobs: submitting a job form, and the live quote its
-accelerator and GPU-count selects ask for with htmx. The page itself, which also holds the
-fine-tune form, is `apps.finetunes.views.job_new`.
+"""The New Job page: one tab a form, submitting it, and the live quote its accelerator and
+GPU-count selects ask for with htmx.
+
+The page shows a form for each job kind that supplies one (`JobKind.form_class`, a dotted
+path: the fine-tune form lives in `apps.finetunes`, above `jobs`), then the container form,
+which is jobs' own. Every form posts to the page's own URL with a hidden `form` naming which;
+on success the browser goes to the new job's page, otherwise the page comes back with the
+errors next to their fields. Without JavaScript everything works but the live quote, which
+then shows the initial (or last submitted) selection.
 
 Beside the price, the quote says what submitting would hold of the organization's
 available balance (`services.hold_for`: two hours at the price ceiling) and whether the
@@ -12,24 +18,29 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.module_loading import import_string
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods
 
-from apps.accounts.models import Organization, User
+from apps.accounts.models import Organization, Role, User
 from apps.accounts.tenancy import membership_for_slug
 from apps.billing import selectors as billing_selectors
 from apps.billing.holds import COVER_HOURS
 from apps.catalog.models import Accelerator
 from apps.core.errors import ApiError
 from apps.core.money import format_usd, usd_to_micros
-from apps.jobs import services
+from apps.jobs import kinds, services
 from apps.jobs.ceilings import BidTooLow, NoPrice
 from apps.jobs.execution import placement
 from apps.jobs.models import Job
-from apps.jobs.web.forms import JobForm
+from apps.jobs.web.forms import ContainerJobForm, JobForm
 from apps.projects.models import Project
+from apps.secrets.models import Secret
 
 
 @dataclass(frozen=True)
@@ -206,3 +217,68 @@ def job_quote(request: HttpRequest, org_slug: str) -> HttpResponse:
         max_cost_usd=request.GET.get("max_cost_usd"),
     )
     return TemplateResponse(request, "jobs/partials/quote.html", {"quote": shown})
+
+
+@dataclass(frozen=True)
+class Tab:
+    """One form of the New Job page and the quote shown under its compute choice."""
+
+    form: JobForm
+    quote: QuoteShown
+
+
+def page_forms() -> list[type[JobForm]]:
+    """The page's forms, in tab order: each kind's own (`KIND_HOOKS` order), then the
+    container form."""
+    supplied = [
+        import_string(kind.form_class) for kind in kinds.registered_kinds() if kind.form_class
+    ]
+    return [*supplied, ContainerJobForm]
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def job_new(request: HttpRequest, org_slug: str, project_slug: str) -> HttpResponse:
+    """The page for members (viewers get 403). A POST names its form (`form=<form_id>`); only
+    that form is bound, the others render as on a GET."""
+    membership = membership_for_slug(request.user, org_slug)
+    organization = membership.organization
+    project = get_object_or_404(Project.objects.for_org(organization), slug=project_slug)
+    if not membership.can(Role.MEMBER):
+        raise PermissionDenied("Viewers cannot submit jobs.")
+
+    form_classes = page_forms()
+    form_ids = sorted(form_class.form_id for form_class in form_classes)
+    submitted = request.POST.get("form") if request.method == "POST" else None
+    if request.method == "POST" and submitted not in form_ids:
+        named = " or ".join(f"form={form_id}" for form_id in form_ids)
+        return HttpResponseBadRequest(f"Say which form: {named}.")
+    quote_url = reverse("job-quote", kwargs={"org_slug": organization.slug})
+    forms = [
+        form_class.for_page(
+            request.POST if submitted == form_class.form_id else None,
+            organization=organization,
+            project=project,
+            quote_url=quote_url,
+        )
+        for form_class in form_classes
+    ]
+    if submitted:
+        form = next(form for form in forms if form.form_id == submitted)
+        job = submit(form, organization=organization, project=project, user=request.user)
+        if job is not None:
+            return redirect(
+                reverse(
+                    "job-detail", kwargs={"org_slug": organization.slug, "job_id": job.public_id}
+                )
+            )
+        form.focus_first_error()
+
+    context = {
+        "org": organization,
+        "membership": membership,
+        "project": project,
+        "tabs": [Tab(form, form_quote(form, organization)) for form in forms],
+        "secrets": Secret.objects.for_org(organization).order_by("name").only("name", "keys"),
+    }
+    return TemplateResponse(request, "jobs/new.html", context)

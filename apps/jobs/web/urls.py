@@ -10,6 +10,11 @@ urlpatterns = [
         views.project_detail,
         name="project-detail",
     ),
+    path(
+        "o/<slug:org_slug>/projects/<slug:project_slug>/jobs/new/",
+        new_job.job_new,
+        name="job-new",
+    ),
     path("o/<slug:org_slug>/quote/", new_job.job_quote, name="job-quote"),
     path("o/<slug:org_slug>/jobs/<str:job_id>/", views.job_detail, name="job-detail"),
     path("o/<slug:org_slug>/jobs/<str:job_id>/live/", views.job_live, name="job-live"),

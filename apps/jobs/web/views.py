@@ -1,5 +1,9 @@
 """Job pages: a project's page with its Jobs tab, the job detail page, its catch-up and
-older-logs fragments, and Cancel."""
+older-logs fragments, and Cancel.
+
+The project page's URL names projects, but the page is its list of jobs, and `projects` sits
+below `jobs` and cannot read them: so its view is here and its template is
+`jobs/project_detail.html`."""
 
 from __future__ import annotations
 
@@ -134,7 +138,7 @@ def project_detail(request: HttpRequest, org_slug: str, project_slug: str) -> Ht
         "state_choices": JobState.choices,
         "can_write": membership.can(Role.MEMBER),
     }
-    return TemplateResponse(request, "projects/project_detail.html", context)
+    return TemplateResponse(request, "jobs/project_detail.html", context)
 
 
 def _jobs_page(request: HttpRequest, membership, project: Project, state: str | None):

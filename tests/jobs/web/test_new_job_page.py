@@ -144,6 +144,19 @@ def test_it_shows_both_forms_with_a_label_for_every_field(client_for, member, pr
     assert "Start fine-tune</button>" in body
 
 
+def test_it_has_a_tab_for_each_kind_with_a_form_then_the_container_tab(client_for, member, project):
+    """The fine-tune form comes from its kind (`JobKind.form_class`); serve jobs are started
+    from an endpoint, so that kind has no form and no tab."""
+    body = client_for(member).get(PAGE).content.decode()
+
+    nav = re.search(r'<nav class="tabs" aria-label="Kind of job">(.*?)</nav>', body, re.S)
+    tabs = re.findall(r'<a class="tab" href="#([^"]+)">([^<]+)</a>', nav.group(1))
+    assert tabs == [("finetune", "Fine-tune"), ("container", "Container")]
+    sections = re.findall(r'<section class="card new-job" id="([^"]+)"', body)
+    assert sections == ["finetune", "container"]
+    assert "serve" not in {form_id for form_id, _ in tabs}
+
+
 def test_it_offers_the_catalog_and_every_gpu_count_with_sensible_defaults(
     client_for, member, project
 ):
@@ -231,6 +244,14 @@ def test_a_post_without_a_known_form_is_400(client_for, member, project):
     response = client_for(member).post(PAGE, container_data(form="other", command="true"))
 
     assert response.status_code == 400
+    assert not Job.objects.exists()
+
+
+def test_a_post_for_a_kind_without_a_form_is_400_naming_the_forms(client_for, member, project):
+    response = client_for(member).post(PAGE, container_data(form="serve", command="true"))
+
+    assert response.status_code == 400
+    assert response.content.decode() == "Say which form: form=container or form=finetune."
     assert not Job.objects.exists()
 
 
