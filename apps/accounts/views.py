@@ -25,11 +25,16 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
+def no_organization(request: HttpRequest) -> HttpResponse:
+    """What a signed-in user who belongs to no organization sees, on any page that needs one."""
+    return TemplateResponse(request, "accounts/no_org.html")
+
+
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     membership = default_membership(request, request.user)
     if membership is None:
-        return TemplateResponse(request, "accounts/no_org.html")
+        return no_organization(request)
     return redirect("overview", org_slug=membership.organization.slug)
 
 

@@ -32,7 +32,7 @@ class InvalidRequest(ApiError):
 class TenantDisabled(ApiError):
     status_code = status.HTTP_403_FORBIDDEN
     error_type = "tenant_disabled"
-    default_detail = "Compute is not enabled for this organization."
+    default_detail = "Compute is not enabled for this organization yet."
 
 
 class NotFound(ApiError):

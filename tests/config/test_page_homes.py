@@ -23,7 +23,7 @@ checked, and why this way:
 - Every module under `apps/` is read too: helpers that render partials for live pushes are
   not URL views, but their templates follow the same rule.
 
-Known exceptions are listed in `EXCEPTIONS`, each with its reason.
+Known exceptions would be listed in `EXCEPTIONS`, each with its reason.
 """
 
 from __future__ import annotations
@@ -52,10 +52,9 @@ RENDER_CALLS = {
     "select_template": 0,
 }
 
-# Known exceptions, each with its reason. Billing's `/billing/` shows the accounts page for a
-# user without an organization; the fix (an `accounts.views.no_org` page billing calls) waits
-# for the billing rework under way in issue 39's other parts.
-EXCEPTIONS = {("billing", "accounts/no_org.html")}
+# Known exceptions, each with its reason (none today: a page that shows another app's page
+# calls that app's view function, as billing calls `accounts.views.no_organization`).
+EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET
 
+from apps.accounts import views as account_views
 from apps.accounts.models import Membership
 from apps.accounts.tenancy import default_membership, membership_for_slug, remember_org
 from apps.billing import selectors
@@ -55,7 +56,7 @@ def billing_current(request: HttpRequest) -> HttpResponse:
     the one last opened, else their first)."""
     membership = default_membership(request, request.user)
     if membership is None:
-        return TemplateResponse(request, "accounts/no_org.html")
+        return account_views.no_organization(request)
     return _page(request, membership)
 
 

@@ -183,10 +183,6 @@ def submit(
     """The job the form creates, or None with the reasons added to the form."""
     if not form.is_valid():
         return None
-    # Fail closed, as the API does (403 tenant_disabled): job_create itself does not check.
-    if not organization.compute_enabled:
-        form.add_error(None, "Compute is not enabled for this organization yet.")
-        return None
     try:
         created = services.job_create(
             organization=organization,
