@@ -47,10 +47,9 @@ from apps.accounts.throttle import api_key_request_counted
 from apps.core.api_errors import error_body
 from apps.core.errors import TenantDisabled
 from apps.jobs.models import Attempt
-from apps.serving import engine_client
+from apps.serving import engine_client, services
 from apps.serving.engine_client import EngineAddress
-from apps.serving.models import Endpoint, EndpointRequest, EndpointRevision
-from apps.serving.services import NAME_RE
+from apps.serving.models import Endpoint, EndpointRevision
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +131,7 @@ def _target(key: ApiKey, model: object) -> Target:
         raise ProxyError(
             400, "invalid_request", "A pinned revision is written name@r<number>.", "model"
         )
-    if not NAME_RE.fullmatch(name):
+    if not services.NAME_RE.fullmatch(name):
         raise ProxyError(404, "model_not_found", "No endpoint has that name.", "model")
     endpoint = (
         Endpoint.objects.select_related("current_revision", "job")
@@ -167,10 +166,9 @@ def _target(key: ApiKey, model: object) -> Target:
 def _record(target: Target | None, key: ApiKey, path: str, usage: Usage) -> None:
     if target is None:
         return
-    EndpointRequest.objects.create(
+    services.endpoint_request_record(
         endpoint=target.endpoint,
         revision=target.revision,
-        organization_id=key.organization_id,
         api_key=key,
         path=path,
         status_code=usage.status,

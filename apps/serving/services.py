@@ -38,7 +38,7 @@ from apps.jobs.models import Artifact, Job
 from apps.projects.models import Project
 from apps.serving import adapters, engine_client, enqueue, live, payloads
 from apps.serving.engine_client import EngineAddress, EngineRefused, EngineUnavailable
-from apps.serving.models import Endpoint, EndpointRevision, Promotion
+from apps.serving.models import Endpoint, EndpointRequest, EndpointRevision, Promotion
 from runner.protocol import hub_reference
 
 logger = logging.getLogger(__name__)
@@ -485,3 +485,23 @@ def sync_all() -> int:
             logger.warning("sync of endpoint %s failed", endpoint_id, exc_info=True)
         count += 1
     return count
+
+
+def endpoint_request_record(
+    *,
+    endpoint: Endpoint,
+    revision: EndpointRevision,
+    api_key: ApiKey,
+    path: str,
+    **measured: object,
+) -> EndpointRequest:
+    """One request the proxy answered for `endpoint` (its status, tokens, latency and
+    time to first token as `measured`), for the endpoint's page and its usage."""
+    return EndpointRequest.objects.create(
+        endpoint=endpoint,
+        revision=revision,
+        organization_id=api_key.organization_id,
+        api_key=api_key,
+        path=path,
+        **measured,
+    )
