@@ -16,6 +16,7 @@ from apps.jobs import services
 from apps.jobs.models import Job
 from apps.playground.models import PlaygroundServer
 from apps.serving.models import Endpoint
+from tests.jobs.web.test_new_job_page import container_data
 from tests.playground.conftest import BASE_MODEL
 
 pytestmark = pytest.mark.django_db
@@ -24,22 +25,6 @@ CONTAINER_JOB = {
     "name": "train",
     "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 10},
     "container": {"image": "python:3.11-slim", "command": ["true"]},
-}
-NEW_JOB_FORM = {
-    "form": "container",
-    "name": "train",
-    "image": "python:3.11-slim",
-    "command": "true",
-    "script": "",
-    "script_b64": "",
-    "accelerator": "cpu",
-    "gpu_count": "1",
-    "disk_gb": "10",
-    "env": "",
-    "secrets": "",
-    "max_runtime_hours": "",
-    "max_cost_usd": "",
-    "max_price_usd_hr": "",
 }
 
 
@@ -52,7 +37,9 @@ def _api(org, project, api_client_for, client_for, member, tuned) -> str:
 
 
 def _form(org, project, api_client_for, client_for, member, tuned) -> str:
-    response = client_for(member).post("/o/acme/projects/vision/jobs/new/", NEW_JOB_FORM)
+    response = client_for(member).post(
+        "/o/acme/projects/vision/jobs/new/", container_data(command="true")
+    )
     assert response.status_code == 200  # the form again, saying why
     return response.content.decode()
 
