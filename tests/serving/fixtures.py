@@ -44,6 +44,28 @@ def store_artifact(job: Job, directory: Path, kind: str, step: int | None) -> Ar
     )
 
 
+def succeeded_finetune_job(project, *, name: str, config: dict) -> Job:
+    """The row of a fine-tune of `project` that succeeded (attempt 1, exit 0), as the trainer
+    would have run it with `config`; no artifacts."""
+    payload = payloads.job_payload(name=name, project_id=project.public_id, config=config)
+    now = timezone.now()
+    return Job.objects.create(
+        organization=project.organization,
+        project=project,
+        name=name,
+        kind=Job.Kind.FINETUNE,
+        spec={"container": payload["container"], "compute": payload["compute"]},
+        accelerator="cpu",
+        gpu_count=1,
+        ephemeral_disk_gb=20,
+        state=JobState.SUCCEEDED,
+        attempt_count=1,
+        exit_code=0,
+        started_at=now,
+        terminal_at=now,
+    )
+
+
 def finished_finetune(
     *,
     project,
@@ -64,23 +86,7 @@ def finished_finetune(
         "seed": 42,
         "save_steps": 2,
     }
-    payload = payloads.job_payload(name=name, project_id=project.public_id, config=config)
-    now = timezone.now()
-    job = Job.objects.create(
-        organization=project.organization,
-        project=project,
-        name=name,
-        kind=Job.Kind.FINETUNE,
-        spec={"container": payload["container"], "compute": payload["compute"]},
-        accelerator="cpu",
-        gpu_count=1,
-        ephemeral_disk_gb=20,
-        state=JobState.SUCCEEDED,
-        attempt_count=1,
-        exit_code=0,
-        started_at=now,
-        terminal_at=now,
-    )
+    job = succeeded_finetune_job(project, name=name, config=config)
     checkpoint = store_artifact(job, checkpoint_dir or adapter_dir, Artifact.Kind.CHECKPOINT, 2)
     adapter = store_artifact(job, adapter_dir, Artifact.Kind.ADAPTER, None)
     return FinishedFinetune(job=job, adapter=adapter, checkpoint=checkpoint)

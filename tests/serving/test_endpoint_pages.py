@@ -21,12 +21,12 @@ from django.utils import timezone
 
 from apps.accounts import services as account_services
 from apps.core.live import watched
-from apps.finetunes import payloads
 from apps.jobs.models import Artifact, Job
 from apps.jobs.states import JobState
 from apps.serving import services
 from apps.serving.live import endpoint_group
 from apps.serving.models import Endpoint, EndpointRequest, EndpointRevision, Promotion
+from tests.serving.fixtures import succeeded_finetune_job
 from tests.sockets import SOCKET_TEST, socket_counts_reset, websocket
 
 BASE = "tiny/llama-base"
@@ -50,22 +50,7 @@ def finetune(project, *, name: str = "tuned-a", model: str = BASE) -> Job:
     """A succeeded fine-tune of `project` on `model` with a checkpoint at step 2 and a final
     adapter (rows only: nothing here reads their files)."""
     config = {"model": model, "dataset": "demo", "dataset_format": "alpaca", "max_steps": 4}
-    payload = payloads.job_payload(name=name, project_id=project.public_id, config=config)
-    now = timezone.now()
-    job = Job.objects.create(
-        organization=project.organization,
-        project=project,
-        name=name,
-        kind=Job.Kind.FINETUNE,
-        spec={"container": payload["container"], "compute": payload["compute"]},
-        accelerator="cpu",
-        gpu_count=1,
-        ephemeral_disk_gb=20,
-        state=JobState.SUCCEEDED,
-        attempt_count=1,
-        started_at=now,
-        terminal_at=now,
-    )
+    job = succeeded_finetune_job(project, name=name, config=config)
     for kind, step in ((Artifact.Kind.CHECKPOINT, 2), (Artifact.Kind.ADAPTER, None)):
         Artifact.objects.create(
             job=job,
