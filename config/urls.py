@@ -12,6 +12,7 @@ admin.site.login = admin_login(admin.site)
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", account_views.healthz, name="healthz"),
+    path("favicon.ico", account_views.favicon, name="favicon"),
     # Pages: each app's `urls.py` (or its `web/urls.py`).
     path("", include("apps.accounts.urls")),
     path("", include("apps.projects.urls")),

@@ -9,6 +9,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
+from django.templatetags.static import static
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts import services, storage
@@ -28,6 +29,13 @@ def healthz(request: HttpRequest) -> JsonResponse:
 def no_organization(request: HttpRequest) -> HttpResponse:
     """What a signed-in user who belongs to no organization sees, on any page that needs one."""
     return TemplateResponse(request, "accounts/no_org.html")
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """`/favicon.ico`, which browsers and tools ask for on their own: the site's icon (pages
+    name it in their head; this spares every other client a 404)."""
+    return redirect(static("favicon.svg"), permanent=True)
 
 
 @login_required

@@ -157,3 +157,20 @@ def test_every_page_in_both_themes_has_no_serious_accessibility_violation(
     one_pass("light", "dark", choose_dark)  # the stored choice over the system's light
     assert Job.objects.get(pk=job.pk).state == "succeeded"
     assert not problems, "serious or critical accessibility violations:\n" + "\n".join(problems)
+
+
+def test_the_first_tab_stop_is_a_visible_skip_link_to_the_main_content(signed_in, team):
+    page = signed_in(team["member"])  # the overview
+    missing: list[str] = []
+    page.on("response", lambda answer: answer.status == 404 and missing.append(answer.url))
+    page.reload()
+    page.wait_for_load_state("networkidle")
+
+    page.keyboard.press("Tab")
+
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+    box = page.locator(".skip-link").bounding_box()
+    assert box is not None and box["y"] >= 0  # on screen once focused
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "main"
+    assert missing == []  # no asset of the page answers 404
