@@ -1,6 +1,7 @@
-"""The OpenAPI schema is served and valid, and no generated request makes the app answer
-500 (schemathesis, calling the WSGI app in the test's transaction; the ASGI server's own
-guards have their tests in tests/config)."""
+"""The OpenAPI schema is served and valid, describes the body of every operation's success,
+and no generated request makes the app answer 500 or a body its schema does not describe
+(schemathesis, calling the WSGI app in the test's transaction; the ASGI server's own guards
+have their tests in tests/config)."""
 
 import pytest
 import schemathesis
@@ -10,6 +11,7 @@ from django.db import close_old_connections
 from drf_spectacular.generators import SchemaGenerator
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import response_schema_conformance
 
 from apps.accounts import services as account_services
 from tests.factories import OrganizationFactory, ProjectFactory
@@ -38,8 +40,50 @@ def test_the_schema_and_docs_are_served(client):
     assert b"cdn" not in docs.content.lower()
 
 
+def _generated_schema() -> dict:
+    return SchemaGenerator().get_schema(request=None, public=True)
+
+
 def _load_schema():
-    return schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
+    return schemathesis.openapi.from_dict(_generated_schema())
+
+
+def _undescribed(schema: dict, body: dict | None) -> bool:
+    """Whether a response body schema says nothing of the body: missing, or a bare `object`
+    (no properties, no additionalProperties)."""
+    if not body:
+        return True
+    if "$ref" in body:
+        name = body["$ref"].rsplit("/", 1)[-1]
+        return _undescribed(schema, schema["components"]["schemas"][name])
+    if body.get("type", "object") != "object":
+        return False
+    return not (body.get("properties") or body.get("additionalProperties") or body.get("allOf"))
+
+
+def test_every_success_of_every_operation_has_a_described_body():
+    schema = _generated_schema()
+    undescribed = []
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            for code, response in operation["responses"].items():
+                if not code.startswith("2") or code == "204":
+                    continue
+                content = response.get("content") or {"(none)": {}}
+                for media_type, body in content.items():
+                    if _undescribed(schema, body.get("schema")):
+                        undescribed.append(f"{method.upper()} {path} {code} {media_type}")
+    assert undescribed == []
+
+
+def test_a_bare_object_response_is_caught():
+    """The check above is not vacuous: it flags what serving's operations used to declare."""
+    schema = {"components": {"schemas": {"Bare": {"type": "object"}}}}
+    assert _undescribed(schema, {"type": "object"})
+    assert _undescribed(schema, {"$ref": "#/components/schemas/Bare"})
+    assert _undescribed(schema, None)
+    assert not _undescribed(schema, {"type": "string", "format": "binary"})
+    assert not _undescribed(schema, {"type": "object", "properties": {"id": {"type": "string"}}})
 
 
 # One test per operation. Driven through Hypothesis directly: schemathesis' own pytest
@@ -71,15 +115,15 @@ def wsgi_app():
 
 
 @pytest.mark.parametrize("label", sorted(OPERATIONS))
-def test_no_generated_request_is_a_server_error(label, wsgi_app, fuzz_key):
+def test_no_generated_request_is_a_server_error_or_an_undescribed_body(label, wsgi_app, fuzz_key):
     headers = {"Authorization": f"Bearer {fuzz_key}", "Idempotency-Key": "fuzz"}
 
     @given(case=OPERATIONS[label].as_strategy())
     @settings(
         max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck)
     )
-    def no_server_error(case):
+    def no_server_error_and_bodies_as_described(case):
         response = case.call(app=wsgi_app, headers=headers)
-        case.validate_response(response, checks=[not_a_server_error])
+        case.validate_response(response, checks=[not_a_server_error, response_schema_conformance])
 
-    no_server_error()
+    no_server_error_and_bodies_as_described()
