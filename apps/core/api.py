@@ -24,10 +24,8 @@ from apps.core.errors import InvalidRequest
 
 def validated(serializer_class: type[serializers.Serializer], data: object, **context) -> dict:
     """The validated body, or InvalidRequest naming the first bad field (`param="a.b.0"`).
-
-    A body that is not an object (a JSON list, a string) is read as an empty one, so the
-    answer names the first field it lacks."""
-    serializer = serializer_class(data=data if isinstance(data, Mapping) else {}, context=context)
+    A body that is not an object (a JSON list, a string) is InvalidRequest with no param."""
+    serializer = serializer_class(data=data, context=context)
     if not serializer.is_valid():
         param, message = first_validation_error(serializer.errors)
         raise InvalidRequest(message, param=param)
