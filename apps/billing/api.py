@@ -22,7 +22,7 @@ from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
 from apps.billing import history, selectors, services
 from apps.billing.budgets import period_start
 from apps.billing.models import Budget, Transfer
-from apps.core.api import page, page_out
+from apps.core.api import page, page_out, validated
 from apps.core.errors import InvalidRequest
 from apps.core.money import usd_to_micros
 from apps.core.pagination import id_page, parse_page_request
@@ -208,14 +208,15 @@ class BudgetIn(StrictSerializer):
             raise serializers.ValidationError("limit_usd must be more than 0.")
         return value
 
-    def fields_for(self, organization) -> dict:
-        """The validated body as Budget fields (the project found in `organization`)."""
-        data = dict(self.validated_data)
-        if "limit_usd" in data:
-            data["limit_micros"] = usd_to_micros(data.pop("limit_usd"))
-        if "project" in data:
-            data["project"] = services.project_of(organization, data["project"])
-        return data
+
+def budget_fields(organization, body: dict) -> dict:
+    """A validated `BudgetIn` as Budget fields (the project found in `organization`)."""
+    fields = dict(body)
+    if "limit_usd" in fields:
+        fields["limit_micros"] = usd_to_micros(fields.pop("limit_usd"))
+    if "project" in fields:
+        fields["project"] = services.project_of(organization, fields["project"])
+    return fields
 
 
 BudgetPageOut = page_out(BudgetOut, "BudgetPageOut")
@@ -249,12 +250,11 @@ class BudgetListCreateView(BillingView):
     )
     def post(self, request):
         who = caller(request)
-        body = BudgetIn(data=request.data)
-        body.is_valid(raise_exception=True)
+        body = validated(BudgetIn, request.data)
         budget = services.budget_create(
             organization=who.organization,
             created_by=who.user,
-            **body.fields_for(who.organization),
+            **budget_fields(who.organization, body),
         )
         return Response(BudgetOut(selectors.status_of(budget)).data, status=status.HTTP_201_CREATED)
 
@@ -275,9 +275,8 @@ class BudgetDetailView(BillingView):
     def patch(self, request, budget_id: str):
         who = caller(request)
         budget = _budget_of_caller(request, budget_id)
-        body = BudgetIn(data=request.data, partial=True)
-        body.is_valid(raise_exception=True)
-        budget = services.budget_update(budget=budget, **body.fields_for(who.organization))
+        body = validated(BudgetIn, request.data, partial=True)
+        budget = services.budget_update(budget=budget, **budget_fields(who.organization, body))
         return Response(BudgetOut(selectors.status_of(budget)).data)
 
     @extend_schema(

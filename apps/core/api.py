@@ -22,10 +22,17 @@ from apps.core.api_errors import first_validation_error
 from apps.core.errors import InvalidRequest
 
 
-def validated(serializer_class: type[serializers.Serializer], data: object, **context) -> dict:
+def validated(
+    serializer_class: type[serializers.Serializer],
+    data: object,
+    *,
+    partial: bool = False,
+    **context,
+) -> dict:
     """The validated body, or InvalidRequest naming the first bad field (`param="a.b.0"`).
-    A body that is not an object (a JSON list, a string) is InvalidRequest with no param."""
-    serializer = serializer_class(data=data, context=context)
+    A body that is not an object (a JSON list, a string) is InvalidRequest with no param.
+    `partial`: only the fields sent are validated (a PATCH)."""
+    serializer = serializer_class(data=data, partial=partial, context=context)
     if not serializer.is_valid():
         param, message = first_validation_error(serializer.errors)
         raise InvalidRequest(message, param=param)

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.permissions import caller
-from apps.core.api import page, page_out
+from apps.core.api import page, page_out, validated
 from apps.core.errors import Conflict
 from apps.projects import services
 from apps.projects.models import Project
@@ -42,14 +42,11 @@ class ProjectListCreateView(APIView):
 
     @extend_schema(request=ProjectIn, responses={201: ProjectOut}, summary="Create a project")
     def post(self, request):
-        body = ProjectIn(data=request.data)
-        body.is_valid(raise_exception=True)
+        body = validated(ProjectIn, request.data)
         who = caller(request)
         try:
             project = services.project_create(
-                organization=who.organization,
-                created_by=who.user,
-                **body.validated_data,
+                organization=who.organization, created_by=who.user, **body
             )
         except services.ProjectSlugTaken as exc:
             raise Conflict(f"A project with slug {exc} already exists.", param="slug") from exc

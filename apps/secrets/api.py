@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.models import Role
 from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
-from apps.core.api import page, page_out
+from apps.core.api import page, page_out, validated
 from apps.core.pagination import parse_page_request
 from apps.secrets import selectors, services
 from apps.secrets.models import Secret
@@ -94,11 +94,8 @@ class SecretListCreateView(APIView):
         summary="Create a secret",
     )
     def post(self, request):
-        body = SecretCreateIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        secret = services.secret_create(
-            organization=caller(request).organization, **body.validated_data
-        )
+        body = validated(SecretCreateIn, request.data)
+        secret = services.secret_create(organization=caller(request).organization, **body)
         return Response(SecretOut(secret).data, status=status.HTTP_201_CREATED)
 
 
@@ -122,9 +119,8 @@ class SecretDetailView(APIView):
     )
     def put(self, request, secret_id: str):
         secret = _secret_of_caller(request, secret_id)
-        body = SecretReplaceIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        secret = services.secret_replace(secret=secret, data=body.validated_data["data"])
+        data = validated(SecretReplaceIn, request.data)["data"]
+        secret = services.secret_replace(secret=secret, data=data)
         return Response(SecretOut(secret).data)
 
     @extend_schema(

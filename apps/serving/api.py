@@ -1,6 +1,7 @@
 """`/api/v1/endpoints`: create, list, read, set the target (a new revision), roll back, stop,
-and usage by key and day. One view per operation; each calls one service or selector.
-Another organization's endpoint is a 404."""
+and usage by key and day. One view per operation; each calls one service or selector and
+renders through a serializer of `apps.serving.serializers`. The list is the one list shape,
+with `"object": "list"` kept first as before. Another organization's endpoint is a 404."""
 
 from __future__ import annotations
 
