@@ -47,9 +47,8 @@ class BalanceOut(serializers.Serializer):
     burn_usd_hr = UsdField(source="burn_micros_hr")
 
 
+# Renders a `selectors.BudgetStatus`: the budget and what its current period has spent.
 class BudgetOut(serializers.Serializer):
-    """A budget with what its current period has spent (`selectors.BudgetStatus`)."""
-
     id = serializers.CharField(source="budget.public_id")
     name = serializers.CharField(source="budget.name")
     scope = serializers.SerializerMethodField()
@@ -122,9 +121,8 @@ class SummaryView(BillingView):
         return Response(SummaryOut(summary).data)
 
 
+# Renders a transfer of `history.wallet_transfers`, which annotates the public ids.
 class TransactionOut(serializers.Serializer):
-    """A transfer of `history.wallet_transfers` (which annotates the public ids)."""
-
     id = serializers.SerializerMethodField()
     created_at = IsoDateTimeField()
     code = serializers.ChoiceField(choices=Transfer.Code.values)

@@ -80,9 +80,8 @@ def filters(params) -> tuple[reports.Window, str | None]:
     return reports.Window(start, end), resource_type
 
 
+# Renders a `reports.Window`; `from` is a keyword, so the fields are given by name.
 class WindowOut(serializers.Serializer):
-    """A `reports.Window` (`from` is a keyword, so it is added by name)."""
-
     def get_fields(self):
         return {
             "from": IsoDateTimeField(source="start"),
@@ -90,9 +89,8 @@ class WindowOut(serializers.Serializer):
         }
 
 
+# Renders `reports.usage_totals`: micro-dollars by resource type.
 class UsageSummaryOut(serializers.Serializer):
-    """`reports.usage_totals`: micro-dollars by resource type."""
-
     total_usd = UsdField(source="total")
     job_usd = UsdField(source="job")
     service_usd = UsdField(source="service")

@@ -25,7 +25,11 @@ AcceleratorPage = page_out(AcceleratorOut, "AcceleratorPage")
 class AcceleratorListView(APIView):
     permission_classes = COMPUTE_PERMISSIONS
 
-    @extend_schema(responses=AcceleratorPage, summary="List accelerators")
+    @extend_schema(
+        responses=AcceleratorPage,
+        summary="List accelerators",
+        operation_id="v1_compute_catalog_accelerators_list",
+    )
     def get(self, request):
         accelerators = list(Accelerator.objects.order_by("name"))
         return page(accelerators, AcceleratorOut, next_cursor=None, total=len(accelerators))

@@ -35,7 +35,7 @@ class ProjectIn(serializers.Serializer):
 
 
 class ProjectListCreateView(APIView):
-    @extend_schema(responses=ProjectPage, summary="List projects")
+    @extend_schema(responses=ProjectPage, summary="List projects", operation_id="v1_projects_list")
     def get(self, request):
         projects = list(Project.objects.for_org(caller(request).organization).order_by("name"))
         return page(projects, ProjectOut, next_cursor=None, total=len(projects))

@@ -14,6 +14,11 @@ from apps.jobs.artifacts.store import public_artifact_id
 from apps.serving import selectors
 from apps.serving.models import Endpoint, EndpointRevision, Promotion
 
+# Named in SPECTACULAR_SETTINGS' enum overrides: what `selectors.endpoint_state` answers,
+# and how a revision went live.
+ENDPOINT_STATES = Endpoint.State.values
+PROMOTION_KINDS = Promotion.Kind.values
+
 
 class HubPinOut(serializers.Serializer):
     revision = serializers.CharField(source="hub_revision")
@@ -50,7 +55,7 @@ class RevisionOut(serializers.Serializer):
 class PromotionOut(serializers.Serializer):
     revision = serializers.IntegerField(source="revision.number")
     replaced = serializers.IntegerField(source="replaced.number", allow_null=True)
-    kind = serializers.ChoiceField(choices=Promotion.Kind.values)
+    kind = serializers.ChoiceField(choices=PROMOTION_KINDS)
     by = serializers.SerializerMethodField()
     at = serializers.DateTimeField()
 
@@ -82,7 +87,7 @@ class EndpointOut(serializers.Serializer):
     def get_object(self, endpoint: Endpoint) -> str:
         return "endpoint"
 
-    @extend_schema_field(serializers.ChoiceField(choices=Endpoint.State.values))
+    @extend_schema_field(serializers.ChoiceField(choices=ENDPOINT_STATES))
     def get_state(self, endpoint: Endpoint) -> str:
         return selectors.endpoint_state(endpoint)
 
