@@ -300,7 +300,15 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # The dataset formats appear as `format` (datasets) and `dataset_format` (fine-tunes).
-    "ENUM_NAME_OVERRIDES": {"DatasetFormatEnum": "trainer.formats.FORMATS"},
+    # Serving's `state`, `kind` and `object` share their names with other fields.
+    "ENUM_NAME_OVERRIDES": {
+        "DatasetFormatEnum": "trainer.formats.FORMATS",
+        "KindEnum": "apps.jobs.models.Artifact.Kind",  # the artifacts' (its name before)
+        "EndpointStateEnum": "apps.serving.serializers.ENDPOINT_STATES",
+        "PromotionKindEnum": "apps.serving.serializers.PROMOTION_KINDS",
+        "EndpointObjectEnum": ["endpoint"],
+        "ListObjectEnum": ["list"],
+    },
 }
 
 # Security. Production sets DEBUG=0 and these follow; HTTPS is assumed to terminate at a proxy

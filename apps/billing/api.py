@@ -9,9 +9,10 @@ organization's budget or project is 404 `not_found`.
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
+from dataclasses import asdict
+
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -19,13 +20,13 @@ from rest_framework.views import APIView
 from apps.accounts.models import Role
 from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
 from apps.billing import history, selectors, services
-from apps.billing.budgets import period_start, spent_micros
+from apps.billing.budgets import period_start
 from apps.billing.models import Budget, Transfer
+from apps.core.api import page, page_out, validated
 from apps.core.errors import InvalidRequest
-from apps.core.money import micros_to_usd, usd_to_micros
+from apps.core.money import usd_to_micros
 from apps.core.pagination import id_page, parse_page_request
-from apps.core.serializers import StrictSerializer
-from apps.projects.models import Project
+from apps.core.serializers import IsoDateTimeField, StrictSerializer, UsdField
 
 MAX_PAGE_SIZE = 200
 
@@ -35,109 +36,58 @@ _PAGE_PARAMS = [
 ]
 
 
-def money(name: str, micros: int) -> dict:
-    return {f"{name}_ucredits": micros, f"{name}_usd": micros_to_usd(micros)}
-
-
-def balance_body(organization_id: int) -> dict:
-    summary = selectors.account_summary(organization_id)
-    return {
-        **money("balance", summary.balance_micros),
-        **money("held", summary.held_micros),
-        **money("available", summary.available_micros),
-        "burn_ucredits_hr": summary.burn_micros_hr,
-        "burn_usd_hr": micros_to_usd(summary.burn_micros_hr),
-    }
-
-
 class BalanceOut(serializers.Serializer):
-    balance_ucredits = serializers.IntegerField()
-    balance_usd = serializers.FloatField()
-    held_ucredits = serializers.IntegerField()
-    held_usd = serializers.FloatField()
-    available_ucredits = serializers.IntegerField()
-    available_usd = serializers.FloatField()
-    burn_ucredits_hr = serializers.IntegerField()
-    burn_usd_hr = serializers.FloatField()
+    balance_ucredits = serializers.IntegerField(source="balance_micros")
+    balance_usd = UsdField(source="balance_micros")
+    held_ucredits = serializers.IntegerField(source="held_micros")
+    held_usd = UsdField(source="held_micros")
+    available_ucredits = serializers.IntegerField(source="available_micros")
+    available_usd = UsdField(source="available_micros")
+    burn_ucredits_hr = serializers.IntegerField(source="burn_micros_hr")
+    burn_usd_hr = UsdField(source="burn_micros_hr")
 
 
+# Renders a `selectors.BudgetStatus`: the budget and what its current period has spent.
 class BudgetOut(serializers.Serializer):
-    id = serializers.CharField()
-    name = serializers.CharField()
-    scope = serializers.ChoiceField(choices=["organization", "project"])
-    project = serializers.CharField(allow_null=True)
-    project_name = serializers.CharField(allow_null=True)
-    period = serializers.ChoiceField(choices=Budget.Period.values)
-    limit_ucredits = serializers.IntegerField()
-    limit_usd = serializers.FloatField()
-    action = serializers.ChoiceField(choices=Budget.Action.values)
-    thresholds = serializers.ListField(child=serializers.IntegerField())
-    spent_ucredits = serializers.IntegerField()
-    spent_usd = serializers.FloatField()
-    percent = serializers.FloatField()
-    period_start = serializers.DateTimeField()
-    created_at = serializers.DateTimeField()
-    updated_at = serializers.DateTimeField()
+    id = serializers.CharField(source="budget.public_id")
+    name = serializers.CharField(source="budget.name")
+    scope = serializers.SerializerMethodField()
+    project = serializers.CharField(source="budget.project.public_id", allow_null=True)
+    project_name = serializers.CharField(source="budget.project.name", allow_null=True)
+    period = serializers.ChoiceField(source="budget.period", choices=Budget.Period.values)
+    limit_ucredits = serializers.IntegerField(source="budget.limit_micros")
+    limit_usd = UsdField(source="budget.limit_micros")
+    action = serializers.ChoiceField(source="budget.action", choices=Budget.Action.values)
+    thresholds = serializers.ListField(source="budget.thresholds", child=serializers.IntegerField())
+    spent_ucredits = serializers.IntegerField(source="spent_micros")
+    spent_usd = UsdField(source="spent_micros")
+    percent = serializers.SerializerMethodField()
+    period_start = IsoDateTimeField()
+    created_at = IsoDateTimeField(source="budget.created_at")
+    updated_at = IsoDateTimeField(source="budget.updated_at")
 
+    @extend_schema_field(serializers.ChoiceField(choices=["organization", "project"]))
+    def get_scope(self, status_: selectors.BudgetStatus) -> str:
+        return "project" if status_.budget.project else "organization"
 
-def budget_body(status_: selectors.BudgetStatus) -> dict:
-    budget = status_.budget
-    project = budget.project
-    return {
-        "id": budget.public_id,
-        "name": budget.name,
-        "scope": "project" if project else "organization",
-        "project": project.public_id if project else None,
-        "project_name": project.name if project else None,
-        "period": budget.period,
-        **money("limit", budget.limit_micros),
-        "action": budget.action,
-        "thresholds": budget.thresholds,
-        **money("spent", status_.spent_micros),
-        "percent": round(status_.percent, 2),
-        "period_start": status_.period_start.isoformat(),
-        "created_at": budget.created_at.isoformat(),
-        "updated_at": budget.updated_at.isoformat(),
-    }
-
-
-def _status_of(budget: Budget) -> selectors.BudgetStatus:
-    start = period_start(budget.period)
-    return selectors.BudgetStatus(budget, start, spent_micros(budget, start))
+    @extend_schema_field(OpenApiTypes.DOUBLE)
+    def get_percent(self, status_: selectors.BudgetStatus) -> float:
+        return round(status_.percent, 2)
 
 
 class SpendDayOut(serializers.Serializer):
     day = serializers.DateField()
     project = serializers.CharField(allow_null=True)
     project_name = serializers.CharField(allow_null=True)
-    ucredits = serializers.IntegerField()
-    usd = serializers.FloatField()
+    ucredits = serializers.IntegerField(source="micros")
+    usd = UsdField(source="micros")
 
 
 class SummaryOut(BalanceOut):
-    spent_this_month_ucredits = serializers.IntegerField()
-    spent_this_month_usd = serializers.FloatField()
+    spent_this_month_ucredits = serializers.IntegerField(source="spent_this_month_micros")
+    spent_this_month_usd = UsdField(source="spent_this_month_micros")
     budgets = BudgetOut(many=True)
     spend_per_day = SpendDayOut(many=True)
-
-
-def _spend_per_day(organization_id: int) -> list[dict]:
-    days = selectors.spend_per_day(organization_id)
-    public_ids = dict(
-        Project.objects.filter(pk__in={d["project_id"] for d in days}).values_list(
-            "pk", "public_id"
-        )
-    )
-    return [
-        {
-            "day": day["day"].isoformat(),
-            "project": public_ids.get(day["project_id"]),
-            "project_name": day["project__name"],
-            "ucredits": day["micros"],
-            "usd": micros_to_usd(day["micros"]),
-        }
-        for day in days
-    ]
 
 
 class BillingView(APIView):
@@ -149,7 +99,7 @@ class BalanceView(BillingView):
         responses=BalanceOut, operation_id="billing_balance", summary="The wallet's balance"
     )
     def get(self, request):
-        return Response(balance_body(caller(request).organization.pk))
+        return Response(BalanceOut(selectors.account_summary(caller(request).organization.pk)).data)
 
 
 class SummaryView(BillingView):
@@ -160,56 +110,52 @@ class SummaryView(BillingView):
     )
     def get(self, request):
         organization_id = caller(request).organization.pk
-        spent = history.usage_since(organization_id, period_start(Budget.Period.MONTH))
-        return Response(
-            {
-                **balance_body(organization_id),
-                **money("spent_this_month", spent),
-                "budgets": [budget_body(s) for s in selectors.budget_status(organization_id)],
-                "spend_per_day": _spend_per_day(organization_id),
-            }
-        )
+        summary = {
+            **asdict(selectors.account_summary(organization_id)),
+            "spent_this_month_micros": history.usage_since(
+                organization_id, period_start(Budget.Period.MONTH)
+            ),
+            "budgets": selectors.budget_status(organization_id),
+            "spend_per_day": selectors.spend_per_day_by_project(organization_id),
+        }
+        return Response(SummaryOut(summary).data)
 
 
+# Renders a transfer of `history.wallet_transfers`, which annotates the public ids.
 class TransactionOut(serializers.Serializer):
-    id = serializers.CharField()
-    created_at = serializers.DateTimeField()
+    id = serializers.SerializerMethodField()
+    created_at = IsoDateTimeField()
     code = serializers.ChoiceField(choices=Transfer.Code.values)
     state = serializers.ChoiceField(choices=Transfer.State.values)
-    direction = serializers.ChoiceField(choices=["credit", "debit"])
-    amount_ucredits = serializers.IntegerField()
-    amount_usd = serializers.FloatField()
-    resolves = serializers.CharField(
-        allow_null=True, help_text="the pending transfer (hold) this one posts or voids"
+    direction = serializers.SerializerMethodField()
+    amount_ucredits = serializers.IntegerField(source="amount_micros")
+    amount_usd = UsdField(source="amount_micros")
+    resolves = serializers.SerializerMethodField(
+        help_text="the pending transfer (hold) this one posts or voids"
     )
-    project = serializers.CharField(allow_null=True)
-    job = serializers.CharField(allow_null=True)
-    attempt = serializers.IntegerField(allow_null=True)
-    minutes = serializers.IntegerField(allow_null=True)
+    project = serializers.CharField(source="project_public_id", allow_null=True)
+    job = serializers.CharField(source="job_public_id", allow_null=True)
+    attempt = serializers.IntegerField(source="attempt_number", allow_null=True)
+    minutes = serializers.SerializerMethodField()
     memo = serializers.CharField()
 
+    def get_id(self, transfer: Transfer) -> str:
+        return history.public_id(transfer.pk)
 
-class TransactionPageOut(serializers.Serializer):
-    data = TransactionOut(many=True)
-    next_cursor = serializers.CharField(allow_null=True)
-    total = serializers.IntegerField()
+    @extend_schema_field(serializers.ChoiceField(choices=["credit", "debit"]))
+    def get_direction(self, transfer: Transfer) -> str:
+        return history.direction(transfer)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_resolves(self, transfer: Transfer) -> str | None:
+        return history.public_id(transfer.pending_id)
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_minutes(self, transfer: Transfer) -> int | None:
+        return transfer.minutes if transfer.code == Transfer.Code.USAGE else None
 
 
-def transaction_body(transfer: Transfer) -> dict:
-    return {
-        "id": history.public_id(transfer.pk),
-        "created_at": transfer.created_at.isoformat(),
-        "code": transfer.code,
-        "state": transfer.state,
-        "direction": history.direction(transfer),
-        **money("amount", transfer.amount_micros),
-        "resolves": history.public_id(transfer.pending_id),
-        "project": transfer.project_public_id,
-        "job": transfer.job_public_id,
-        "attempt": transfer.attempt_number,
-        "minutes": transfer.minutes if transfer.code == Transfer.Code.USAGE else None,
-        "memo": transfer.memo,
-    }
+TransactionPageOut = page_out(TransactionOut, "TransactionPageOut")
 
 
 class TransactionListView(BillingView):
@@ -228,18 +174,12 @@ class TransactionListView(BillingView):
             raise InvalidRequest(
                 f"code must be one of {', '.join(Transfer.Code.values)}.", param="code"
             )
-        page = parse_page_request(
+        page_request = parse_page_request(
             request.query_params, default_order="desc", max_limit=MAX_PAGE_SIZE
         )
         rows = history.wallet_transfers(caller(request).organization.pk, code=code)
-        items, next_cursor = id_page(rows, page)
-        return Response(
-            {
-                "data": [transaction_body(t) for t in items],
-                "next_cursor": next_cursor,
-                "total": rows.count(),
-            }
-        )
+        items, next_cursor = id_page(rows, page_request)
+        return page(items, TransactionOut, next_cursor=next_cursor, total=rows.count())
 
 
 class ThresholdsField(serializers.ListField):
@@ -266,28 +206,22 @@ class BudgetIn(StrictSerializer):
             raise serializers.ValidationError("limit_usd must be more than 0.")
         return value
 
-    def fields_for(self, organization) -> dict:
-        """The validated body as Budget fields (the project found in `organization`)."""
-        data = dict(self.validated_data)
-        if "limit_usd" in data:
-            data["limit_micros"] = usd_to_micros(data.pop("limit_usd"))
-        if "project" in data:
-            data["project"] = services.project_of(organization, data["project"])
-        return data
+
+def budget_fields(organization, body: dict) -> dict:
+    """A validated `BudgetIn` as Budget fields (the project found in `organization`)."""
+    fields = dict(body)
+    if "limit_usd" in fields:
+        fields["limit_micros"] = usd_to_micros(fields.pop("limit_usd"))
+    if "project" in fields:
+        fields["project"] = services.project_of(organization, fields["project"])
+    return fields
 
 
-class BudgetPageOut(serializers.Serializer):
-    data = BudgetOut(many=True)
-    next_cursor = serializers.CharField(allow_null=True)
-    total = serializers.IntegerField()
+BudgetPageOut = page_out(BudgetOut, "BudgetPageOut")
 
 
 def _budget_of_caller(request, budget_id: str) -> Budget:
-    return get_object_or_404(
-        Budget.objects.select_related("project"),
-        organization=caller(request).organization,
-        public_id=budget_id,
-    )
+    return selectors.budget_for(caller(request).organization, budget_id)
 
 
 class BudgetListCreateView(BillingView):
@@ -300,18 +234,11 @@ class BudgetListCreateView(BillingView):
         summary="List budgets, oldest first",
     )
     def get(self, request):
-        page = parse_page_request(request.query_params, max_limit=MAX_PAGE_SIZE)
-        budgets = Budget.objects.filter(organization=caller(request).organization).select_related(
-            "project"
-        )
-        items, next_cursor = id_page(budgets, page)
-        return Response(
-            {
-                "data": [budget_body(_status_of(b)) for b in items],
-                "next_cursor": next_cursor,
-                "total": budgets.count(),
-            }
-        )
+        page_request = parse_page_request(request.query_params, max_limit=MAX_PAGE_SIZE)
+        budgets = selectors.budgets_for(caller(request).organization)
+        items, next_cursor = id_page(budgets, page_request)
+        statuses = [selectors.status_of(budget) for budget in items]
+        return page(statuses, BudgetOut, next_cursor=next_cursor, total=budgets.count())
 
     @extend_schema(
         request=BudgetIn,
@@ -321,14 +248,13 @@ class BudgetListCreateView(BillingView):
     )
     def post(self, request):
         who = caller(request)
-        body = BudgetIn(data=request.data)
-        body.is_valid(raise_exception=True)
+        body = validated(BudgetIn, request.data)
         budget = services.budget_create(
             organization=who.organization,
             created_by=who.user,
-            **body.fields_for(who.organization),
+            **budget_fields(who.organization, body),
         )
-        return Response(budget_body(_status_of(budget)), status=status.HTTP_201_CREATED)
+        return Response(BudgetOut(selectors.status_of(budget)).data, status=status.HTTP_201_CREATED)
 
 
 class BudgetDetailView(BillingView):
@@ -336,7 +262,7 @@ class BudgetDetailView(BillingView):
 
     @extend_schema(responses=BudgetOut, operation_id="billing_budgets_get", summary="Get a budget")
     def get(self, request, budget_id: str):
-        return Response(budget_body(_status_of(_budget_of_caller(request, budget_id))))
+        return Response(BudgetOut(selectors.status_of(_budget_of_caller(request, budget_id))).data)
 
     @extend_schema(
         request=BudgetIn(partial=True),
@@ -347,10 +273,9 @@ class BudgetDetailView(BillingView):
     def patch(self, request, budget_id: str):
         who = caller(request)
         budget = _budget_of_caller(request, budget_id)
-        body = BudgetIn(data=request.data, partial=True)
-        body.is_valid(raise_exception=True)
-        budget = services.budget_update(budget=budget, **body.fields_for(who.organization))
-        return Response(budget_body(_status_of(budget)))
+        body = validated(BudgetIn, request.data, partial=True)
+        budget = services.budget_update(budget=budget, **budget_fields(who.organization, body))
+        return Response(BudgetOut(selectors.status_of(budget)).data)
 
     @extend_schema(
         responses={204: None}, operation_id="billing_budgets_delete", summary="Delete a budget"

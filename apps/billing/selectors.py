@@ -1,12 +1,12 @@
 """Reads of an organization's money for the API and the Billing page. Every function takes
-the organization's id and reads only its rows."""
+the organization (or its id) and reads only its rows."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Sum
+from django.db.models import QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
@@ -14,7 +14,9 @@ from apps.billing import history, ledger
 from apps.billing.budgets import period_start, spent_micros
 from apps.billing.models import Budget, BudgetNotice, Transfer
 from apps.billing.usage import burn_micros_hr
+from apps.core.errors import NotFound
 from apps.core.pagination import PageRequest, id_page
+from apps.projects.models import Project
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,25 @@ class BudgetStatus:
         return self.spent_micros * 100 / self.budget.limit_micros
 
 
+def status_of(budget: Budget, now: datetime | None = None) -> BudgetStatus:
+    """The budget with what its current period has spent so far."""
+    start = period_start(budget.period, now)
+    return BudgetStatus(budget, start, spent_micros(budget, start))
+
+
+def budgets_for(organization) -> QuerySet[Budget]:
+    """The organization's budgets, with their projects."""
+    return Budget.objects.filter(organization=organization).select_related("project")
+
+
+def budget_for(organization, public_id: str) -> Budget:
+    """One budget of the organization; NotFound when it is another's, or none."""
+    budget = budgets_for(organization).filter(public_id=public_id).first()
+    if budget is None:
+        raise NotFound()
+    return budget
+
+
 def budget_status(organization_id: int, now: datetime | None = None) -> list[BudgetStatus]:
     """Each of the organization's budgets with what its period has spent so far."""
     statuses = []
@@ -56,8 +77,7 @@ def budget_status(organization_id: int, now: datetime | None = None) -> list[Bud
         .select_related("project")
         .order_by("project_id", "period", "id")
     ):
-        start = period_start(budget.period, now)
-        statuses.append(BudgetStatus(budget, start, spent_micros(budget, start)))
+        statuses.append(status_of(budget, now))
     return statuses
 
 
@@ -77,6 +97,26 @@ def spend_per_day(organization_id: int, days: int = 30) -> list[dict]:
         .annotate(micros=Sum("amount_micros"))
         .order_by("day", "project_id")
     )
+
+
+def spend_per_day_by_project(organization_id: int, days: int = 30) -> list[dict]:
+    """`spend_per_day` with each project's public id:
+    `[{"day": date, "project": "prj_…", "project_name": str, "micros": int}, ...]`."""
+    days_rows = spend_per_day(organization_id, days)
+    public_ids = dict(
+        Project.objects.filter(pk__in={d["project_id"] for d in days_rows}).values_list(
+            "pk", "public_id"
+        )
+    )
+    return [
+        {
+            "day": day["day"],
+            "project": public_ids.get(day["project_id"]),
+            "project_name": day["project__name"],
+            "micros": day["micros"],
+        }
+        for day in days_rows
+    ]
 
 
 @dataclass(frozen=True)

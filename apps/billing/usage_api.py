@@ -18,14 +18,14 @@ from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
 from apps.billing import reports
+from apps.core.api import page, page_out
 from apps.core.errors import InvalidRequest
-from apps.core.money import micros_to_usd
 from apps.core.pagination import parse_page_request
+from apps.core.serializers import IsoDateTimeField, UsdField
 
 DEFAULT_WINDOW = timedelta(days=30)
 
@@ -80,45 +80,34 @@ def filters(params) -> tuple[reports.Window, str | None]:
     return reports.Window(start, end), resource_type
 
 
+# Renders a `reports.Window`; `from` is a keyword, so the fields are given by name.
 class WindowOut(serializers.Serializer):
-    to = serializers.DateTimeField()
-
     def get_fields(self):
-        fields = super().get_fields()
-        fields["from"] = serializers.DateTimeField()
-        return fields
+        return {
+            "from": IsoDateTimeField(source="start"),
+            "to": IsoDateTimeField(source="end"),
+        }
 
 
+# Renders `reports.usage_totals`: micro-dollars by resource type.
 class UsageSummaryOut(serializers.Serializer):
-    total_usd = serializers.FloatField()
-    job_usd = serializers.FloatField()
-    service_usd = serializers.FloatField()
+    total_usd = UsdField(source="total")
+    job_usd = UsdField(source="job")
+    service_usd = UsdField(source="service")
 
 
 class UsageRowOut(serializers.Serializer):
     resource_type = serializers.ChoiceField(choices=list(reports.RESOURCE_TYPES))
     resource_id = serializers.CharField()
     name = serializers.CharField()
-    billable_seconds = serializers.IntegerField()
-    accrued_usd = serializers.FloatField()
+    billable_seconds = serializers.SerializerMethodField()
+    accrued_usd = UsdField(source="micros")
+
+    def get_billable_seconds(self, row: dict) -> int:
+        return 60 * row["minutes"]
 
 
-class UsagePageOut(serializers.Serializer):
-    window = WindowOut()
-    summary = UsageSummaryOut()
-    data = UsageRowOut(many=True)
-    next_cursor = serializers.CharField(allow_null=True)
-    total = serializers.IntegerField()
-
-
-def row_body(row: dict) -> dict:
-    return {
-        "resource_type": row["resource_type"],
-        "resource_id": row["resource_id"],
-        "name": row["name"],
-        "billable_seconds": 60 * row["minutes"],
-        "accrued_usd": micros_to_usd(row["micros"]),
-    }
+UsagePageOut = page_out(UsageRowOut, "UsagePageOut", window=WindowOut(), summary=UsageSummaryOut())
 
 
 class UsageView(APIView):
@@ -137,22 +126,13 @@ class UsageView(APIView):
     def get(self, request):
         organization_id = caller(request).organization.pk
         window, resource_type = filters(request.query_params)
-        page = parse_page_request(request.query_params)
-        rows, next_cursor, total = reports.usage_page(organization_id, window, page, resource_type)
-        totals = reports.usage_totals(organization_id, window, resource_type)
-        return Response(
-            {
-                "window": {"from": window.start.isoformat(), "to": window.end.isoformat()},
-                "summary": {
-                    "total_usd": micros_to_usd(totals["total"]),
-                    "job_usd": micros_to_usd(totals["job"]),
-                    "service_usd": micros_to_usd(totals["service"]),
-                },
-                "data": [row_body(row) for row in rows],
-                "next_cursor": next_cursor,
-                "total": total,
-            }
+        page_request = parse_page_request(request.query_params)
+        rows, next_cursor, total = reports.usage_page(
+            organization_id, window, page_request, resource_type
         )
+        totals = reports.usage_totals(organization_id, window, resource_type)
+        head = {"window": WindowOut(window).data, "summary": UsageSummaryOut(totals).data}
+        return page(rows, UsageRowOut, next_cursor=next_cursor, total=total, head=head)
 
 
 class UsageCsvView(APIView):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.permissions import COMPUTE_PERMISSIONS
 from apps.catalog.models import Accelerator
+from apps.core.api import page, page_out
 
 
 class AcceleratorOut(serializers.ModelSerializer):
@@ -18,10 +18,18 @@ class AcceleratorOut(serializers.ModelSerializer):
         fields = ["name", "display_name", "vendor", "memory_gb", "gpu_counts", "interconnects"]
 
 
+# The whole catalog in one page, by name.
+AcceleratorPage = page_out(AcceleratorOut, "AcceleratorPage")
+
+
 class AcceleratorListView(APIView):
     permission_classes = COMPUTE_PERMISSIONS
 
-    @extend_schema(responses=AcceleratorOut(many=True), summary="List accelerators")
+    @extend_schema(
+        responses=AcceleratorPage,
+        summary="List accelerators",
+        operation_id="v1_compute_catalog_accelerators_list",
+    )
     def get(self, request):
-        data = AcceleratorOut(Accelerator.objects.order_by("name"), many=True).data
-        return Response({"data": data, "next_cursor": None, "total": len(data)})
+        accelerators = list(Accelerator.objects.order_by("name"))
+        return page(accelerators, AcceleratorOut, next_cursor=None, total=len(accelerators))

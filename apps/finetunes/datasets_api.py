@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.permissions import caller
-from apps.core.api_errors import first_validation_error
+from apps.core.api import page, page_out, validated
 from apps.core.errors import InvalidRequest, PayloadTooLarge
 from apps.core.pagination import created_page, parse_page_request
 from apps.core.serializers import StrictSerializer
@@ -74,10 +74,7 @@ class DatasetDetailOut(DatasetOut):
         fields = [*DatasetOut.Meta.fields, "preview", "preview_error"]
 
 
-class DatasetPage(serializers.Serializer):
-    data = DatasetOut(many=True)
-    next_cursor = serializers.CharField(allow_null=True)
-    total = serializers.IntegerField()
+DatasetPage = page_out(DatasetOut, "DatasetPage")
 
 
 @extend_schema_field(OpenApiTypes.BINARY)
@@ -132,14 +129,6 @@ def _dataset(request, project_id: str, dataset_id: str) -> Dataset:
         Dataset.objects.filter(project=_project(request, project_id)).select_related("project"),
         public_id=dataset_id,
     )
-
-
-def _valid(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data)
-    if not serializer.is_valid():
-        param, message = first_validation_error(serializer.errors)
-        raise InvalidRequest(message, param=param)
-    return dict(serializer.validated_data)
 
 
 def _stem(filename: str) -> str:
@@ -199,11 +188,11 @@ class DatasetCollectionView(APIView):
             and announced > services.dataset_max_bytes() + MULTIPART_OVERHEAD_BYTES
         ):
             raise raw_upload.too_large(announced)
-        fields = _valid(DatasetMultipartIn, request.data)
+        fields = validated(DatasetMultipartIn, request.data)
         return fields["file"], fields
 
     def _raw(self, request, kind: str):
-        fields = _valid(DatasetRawQueryIn, request.query_params)
+        fields = validated(DatasetRawQueryIn, request.query_params)
         filename = fields.get("filename") or services.clean_filename(
             (fields.get("name") or "dataset") + raw_upload.RAW_SUFFIXES[kind]
         )
@@ -217,16 +206,10 @@ class DatasetCollectionView(APIView):
     )
     def get(self, request, project_id: str):
         project = _project(request, project_id)
-        page = parse_page_request(request.query_params, key_length=2, default_order="desc")
+        page_request = parse_page_request(request.query_params, key_length=2, default_order="desc")
         datasets = Dataset.objects.filter(project=project)
-        rows, next_cursor = created_page(datasets.select_related("project"), page)
-        return Response(
-            {
-                "data": DatasetOut(rows, many=True).data,
-                "next_cursor": next_cursor,
-                "total": datasets.count(),
-            }
-        )
+        rows, next_cursor = created_page(datasets.select_related("project"), page_request)
+        return page(rows, DatasetOut, next_cursor=next_cursor, total=datasets.count())
 
 
 class DatasetDetailView(APIView):

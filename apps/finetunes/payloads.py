@@ -18,7 +18,7 @@ import json
 
 from rest_framework import serializers
 
-from apps.core.api_errors import first_validation_error
+from apps.core.api import validated
 from apps.core.errors import InvalidRequest
 from apps.core.serializers import StrictSerializer
 from apps.finetunes.datasets import check_dataset
@@ -121,11 +121,7 @@ def job_payload(
 def payload_from_api(body: object, *, project: Project) -> dict:
     """Validate an API fine-tune request into a job request; InvalidRequest names the field.
     An uploaded dataset (`ds_…`) must be one of `project`'s."""
-    serializer = FinetuneCreateIn(data=body if isinstance(body, dict) else {})
-    if not serializer.is_valid():
-        param, message = first_validation_error(serializer.errors)
-        raise InvalidRequest(message, param=param)
-    data = dict(serializer.validated_data)
+    data = validated(FinetuneCreateIn, body)
     data["dataset"] = data["dataset"].strip()
     check_hub_references(project=project, model=data["model"], dataset=data["dataset"])
     data["dataset_format"] = check_dataset(

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.permissions import caller
+from apps.core.api import page, page_out, validated
 from apps.core.errors import Conflict
 from apps.projects import services
 from apps.projects.models import Project
@@ -23,6 +24,10 @@ class ProjectOut(serializers.ModelSerializer):
         fields = ["id", "name", "slug", "description", "created_at"]
 
 
+# Every project in one page, by name.
+ProjectPage = page_out(ProjectOut, "ProjectPage")
+
+
 class ProjectIn(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     slug = serializers.SlugField(max_length=64, required=False, allow_blank=True)
@@ -30,22 +35,18 @@ class ProjectIn(serializers.Serializer):
 
 
 class ProjectListCreateView(APIView):
-    @extend_schema(responses=ProjectOut(many=True), summary="List projects")
+    @extend_schema(responses=ProjectPage, summary="List projects", operation_id="v1_projects_list")
     def get(self, request):
-        projects = Project.objects.for_org(caller(request).organization).order_by("name")
-        data = ProjectOut(projects, many=True).data
-        return Response({"data": data, "next_cursor": None, "total": len(data)})
+        projects = list(Project.objects.for_org(caller(request).organization).order_by("name"))
+        return page(projects, ProjectOut, next_cursor=None, total=len(projects))
 
     @extend_schema(request=ProjectIn, responses={201: ProjectOut}, summary="Create a project")
     def post(self, request):
-        body = ProjectIn(data=request.data)
-        body.is_valid(raise_exception=True)
+        body = validated(ProjectIn, request.data)
         who = caller(request)
         try:
             project = services.project_create(
-                organization=who.organization,
-                created_by=who.user,
-                **body.validated_data,
+                organization=who.organization, created_by=who.user, **body
             )
         except services.ProjectSlugTaken as exc:
             raise Conflict(f"A project with slug {exc} already exists.", param="slug") from exc

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.models import Role
 from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
+from apps.core.api import page, page_out, validated
 from apps.core.pagination import parse_page_request
 from apps.secrets import selectors, services
 from apps.secrets.models import Secret
@@ -34,10 +35,7 @@ class SecretOut(serializers.ModelSerializer):
         fields = ["id", "name", "keys", "created_at", "updated_at"]
 
 
-class SecretPageOut(serializers.Serializer):
-    data = SecretOut(many=True)
-    next_cursor = serializers.CharField(allow_null=True)
-    total = serializers.IntegerField()
+SecretPageOut = page_out(SecretOut, "SecretPageOut")
 
 
 @extend_schema_field(
@@ -81,19 +79,13 @@ class SecretListCreateView(APIView):
         summary="List secrets",
     )
     def get(self, request):
-        page = selectors.secret_list(
+        secrets = selectors.secret_list(
             organization=caller(request).organization,
             page=parse_page_request(
                 request.query_params, key_length=2, max_limit=selectors.MAX_PAGE_SIZE
             ),
         )
-        return Response(
-            {
-                "data": SecretOut(page.items, many=True).data,
-                "next_cursor": page.next_cursor,
-                "total": page.total,
-            }
-        )
+        return page(secrets.items, SecretOut, next_cursor=secrets.next_cursor, total=secrets.total)
 
     @extend_schema(
         request=SecretCreateIn,
@@ -102,11 +94,8 @@ class SecretListCreateView(APIView):
         summary="Create a secret",
     )
     def post(self, request):
-        body = SecretCreateIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        secret = services.secret_create(
-            organization=caller(request).organization, **body.validated_data
-        )
+        body = validated(SecretCreateIn, request.data)
+        secret = services.secret_create(organization=caller(request).organization, **body)
         return Response(SecretOut(secret).data, status=status.HTTP_201_CREATED)
 
 
@@ -130,9 +119,8 @@ class SecretDetailView(APIView):
     )
     def put(self, request, secret_id: str):
         secret = _secret_of_caller(request, secret_id)
-        body = SecretReplaceIn(data=request.data)
-        body.is_valid(raise_exception=True)
-        secret = services.secret_replace(secret=secret, data=body.validated_data["data"])
+        data = validated(SecretReplaceIn, request.data)["data"]
+        secret = services.secret_replace(secret=secret, data=data)
         return Response(SecretOut(secret).data)
 
     @extend_schema(

@@ -1,6 +1,7 @@
 """`/api/v1/endpoints`: create, list, read, set the target (a new revision), roll back, stop,
-and usage by key and day. One view per operation; each calls one service or selector.
-Another organization's endpoint is a 404."""
+and usage by key and day. One view per operation; each calls one service or selector and
+renders through a serializer of `apps.serving.serializers`. The list is the one list shape,
+with `"object": "list"` kept first as before. Another organization's endpoint is a 404."""
 
 from __future__ import annotations
 
@@ -13,15 +14,20 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 
 from apps.accounts.permissions import caller
-from apps.core.api_errors import first_validation_error
+from apps.core.api import page, validated
 from apps.core.errors import InvalidRequest
-from apps.core.money import micros_to_usd
 from apps.core.pagination import created_page, parse_page_request
 from apps.core.serializers import StrictSerializer
 from apps.jobs.api.jobs import ComputeView
-from apps.jobs.artifacts.store import public_artifact_id
 from apps.serving import selectors, services
-from apps.serving.models import Endpoint, EndpointRevision, Promotion
+from apps.serving.models import Endpoint
+from apps.serving.serializers import (
+    EndpointDetailOut,
+    EndpointOut,
+    EndpointPage,
+    EndpointTargetOut,
+    EndpointUsageOut,
+)
 
 MAX_USAGE_DAYS = 90
 
@@ -48,80 +54,9 @@ class TargetSetIn(StrictSerializer):
     target = TargetIn()
 
 
-def _valid(serializer_class, data) -> dict:
-    serializer = serializer_class(data=data if isinstance(data, dict) else {})
-    if not serializer.is_valid():
-        param, message = first_validation_error(serializer.errors)
-        raise InvalidRequest(message, param=param)
-    return dict(serializer.validated_data)
-
-
 def _who(request) -> services.Who:
     resolved = caller(request)
     return services.Who(user=resolved.user, key=resolved.api_key)
-
-
-def revision_data(revision: EndpointRevision | None) -> dict | None:
-    if revision is None:
-        return None
-    artifact = revision.artifact
-    return {
-        "number": revision.number,
-        "label": revision.label,
-        "served_name": revision.served_name,
-        "state": revision.state,
-        "artifact": public_artifact_id(artifact) if artifact else None,
-        "artifact_kind": artifact.kind if artifact else None,
-        "artifact_step": artifact.step if artifact else None,
-        "job_id": artifact.job.public_id if artifact else None,
-        "hub": {"revision": revision.hub_revision, "commit": revision.hub_commit.oid}
-        if revision.hub_commit
-        else None,
-        "error_message": revision.error_message or None,
-        "created_at": revision.created_at,
-        "ready_at": revision.ready_at,
-    }
-
-
-def _promotion_data(promotion: Promotion) -> dict:
-    who = promotion.by_user.email if promotion.by_user else None
-    if who is None and promotion.by_key:
-        who = promotion.by_key.prefix
-    return {
-        "revision": promotion.revision.number,
-        "replaced": promotion.replaced.number if promotion.replaced else None,
-        "kind": promotion.kind,
-        "by": who,
-        "at": promotion.at,
-    }
-
-
-def endpoint_data(endpoint: Endpoint, *, detail: bool = False) -> dict:
-    data = {
-        "id": endpoint.public_id,
-        "object": "endpoint",
-        "name": endpoint.name,
-        "project": endpoint.project.public_id,
-        "base_model": endpoint.base_model,
-        "compute": endpoint.compute,
-        "state": selectors.endpoint_state(endpoint),
-        "job_id": endpoint.job.public_id if endpoint.job else None,
-        "current_revision": revision_data(endpoint.current_revision),
-        "previous_revision": revision_data(endpoint.previous_revision),
-        "accrued_usd": micros_to_usd(endpoint.job.accrued_micros) if endpoint.job else 0.0,
-        "created_at": endpoint.created_at,
-        "stopped_at": endpoint.stopped_at,
-    }
-    if detail:
-        revisions = endpoint.revisions.select_related("artifact__job", "hub_commit").order_by(
-            "-number"
-        )
-        data["revisions"] = [revision_data(revision) for revision in revisions]
-        promotions = endpoint.promotions.select_related(
-            "revision", "replaced", "by_user", "by_key"
-        )[:100]
-        data["promotions"] = [_promotion_data(promotion) for promotion in promotions]
-    return data
 
 
 def _endpoint_of_caller(request, endpoint_id: str) -> Endpoint:
@@ -134,12 +69,12 @@ def _endpoint_of_caller(request, endpoint_id: str) -> Endpoint:
 class EndpointCollectionView(ComputeView):
     @extend_schema(
         request=EndpointCreateIn,
-        responses={201: OpenApiTypes.OBJECT},
+        responses={201: EndpointDetailOut},
         summary="Create an endpoint serving an adapter or checkpoint",
         operation_id="endpoints_create",
     )
     def post(self, request):
-        data = _valid(EndpointCreateIn, request.data)
+        data = validated(EndpointCreateIn, request.data)
         endpoint = services.endpoint_create(
             organization=caller(request).organization,
             project_id=data["project"],
@@ -150,10 +85,10 @@ class EndpointCollectionView(ComputeView):
             who=_who(request),
         )
         endpoint = selectors.endpoint_for_org(caller(request).organization, endpoint.public_id)
-        return Response(endpoint_data(endpoint, detail=True), status=status.HTTP_201_CREATED)
+        return Response(EndpointDetailOut(endpoint).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        responses={200: OpenApiTypes.OBJECT},
+        responses=EndpointPage,
         parameters=[
             OpenApiParameter("limit", OpenApiTypes.INT, description="1 to 500, default 50"),
             OpenApiParameter("cursor", OpenApiTypes.STR),
@@ -162,73 +97,71 @@ class EndpointCollectionView(ComputeView):
         operation_id="endpoints_list",
     )
     def get(self, request):
-        page = parse_page_request(request.query_params, key_length=2, default_order="desc")
-        rows, next_cursor = created_page(
-            selectors.endpoints_for_org(caller(request).organization), page
-        )
-        return Response(
-            {
-                "object": "list",
-                "data": [endpoint_data(endpoint) for endpoint in rows],
-                "next_cursor": next_cursor,
-            }
+        page_request = parse_page_request(request.query_params, key_length=2, default_order="desc")
+        endpoints = selectors.endpoints_for_org(caller(request).organization)
+        rows, next_cursor = created_page(endpoints, page_request)
+        return page(
+            rows,
+            EndpointOut,
+            next_cursor=next_cursor,
+            total=endpoints.count(),
+            head={"object": "list"},
         )
 
 
 class EndpointDetailView(ComputeView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT}, operation_id="endpoints_read")
+    @extend_schema(responses=EndpointDetailOut, operation_id="endpoints_read")
     def get(self, request, endpoint_id: str):
-        return Response(endpoint_data(_endpoint_of_caller(request, endpoint_id), detail=True))
+        return Response(EndpointDetailOut(_endpoint_of_caller(request, endpoint_id)).data)
 
 
 class EndpointTargetView(ComputeView):
     @extend_schema(
         request=TargetSetIn,
-        responses={202: OpenApiTypes.OBJECT},
+        responses={202: EndpointTargetOut},
         summary="Point the endpoint at a new target: a new revision, live once loaded",
         operation_id="endpoints_target_set",
     )
     def put(self, request, endpoint_id: str):
         endpoint = _endpoint_of_caller(request, endpoint_id)
-        data = _valid(TargetSetIn, request.data)
+        data = validated(TargetSetIn, request.data)
         revision = services.endpoint_set_target(
             endpoint=endpoint, target=dict(data["target"]), who=_who(request)
         )
         endpoint = _endpoint_of_caller(request, endpoint_id)
-        body = endpoint_data(endpoint, detail=True)
-        body["revision"] = revision_data(revision)
+        body = EndpointTargetOut(endpoint, context={"revision": revision}).data
         return Response(body, status=status.HTTP_202_ACCEPTED)
 
 
 class EndpointRollbackView(ComputeView):
     @extend_schema(
         request=None,
-        responses={200: OpenApiTypes.OBJECT},
+        responses=EndpointDetailOut,
         summary="Flip back to the previous revision",
         operation_id="endpoints_rollback",
     )
     def post(self, request, endpoint_id: str):
         endpoint = _endpoint_of_caller(request, endpoint_id)
         services.endpoint_rollback(endpoint=endpoint, who=_who(request))
-        return Response(endpoint_data(_endpoint_of_caller(request, endpoint_id), detail=True))
+        return Response(EndpointDetailOut(_endpoint_of_caller(request, endpoint_id)).data)
 
 
 class EndpointStopView(ComputeView):
     @extend_schema(
         request=None,
-        responses={200: OpenApiTypes.OBJECT},
+        responses=EndpointDetailOut,
         summary="Stop the endpoint (its serve job ends; billing stops)",
         operation_id="endpoints_stop",
     )
     def post(self, request, endpoint_id: str):
         endpoint = _endpoint_of_caller(request, endpoint_id)
         services.endpoint_stop(endpoint=endpoint)
-        return Response(endpoint_data(_endpoint_of_caller(request, endpoint_id), detail=True))
+        return Response(EndpointDetailOut(_endpoint_of_caller(request, endpoint_id)).data)
 
 
 class EndpointUsageView(ComputeView):
     @extend_schema(
-        responses={200: OpenApiTypes.OBJECT},
+        responses=EndpointUsageOut,
         parameters=[OpenApiParameter("days", OpenApiTypes.INT, description="1 to 90, default 30")],
         summary="Requests, tokens, errors and latency by API key and day",
         operation_id="endpoints_usage",
@@ -242,4 +175,5 @@ class EndpointUsageView(ComputeView):
         rows = selectors.usage_by_key_and_day(
             endpoint, since=selectors.default_usage_since(int(raw))
         )
-        return Response({"object": "list", "endpoint": endpoint.public_id, "data": rows})
+        body = {"object": "list", "endpoint": endpoint.public_id, "data": rows}
+        return Response(EndpointUsageOut(body).data)

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from apps.accounts import storage
 from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
+from apps.core.api import page, page_out
 from apps.core.errors import InvalidRequest
 from apps.core.pagination import created_page, parse_page_request
 from apps.workdirs import selectors, store
@@ -38,10 +39,7 @@ class WorkdirOut(serializers.ModelSerializer):
         fields = ["id", "size_bytes", "sha256", "format", "created_at"]
 
 
-class WorkdirPage(serializers.Serializer):
-    data = WorkdirOut(many=True)
-    next_cursor = serializers.CharField(allow_null=True)
-    total = serializers.IntegerField()
+WorkdirPage = page_out(WorkdirOut, "WorkdirPage")
 
 
 _PAGE_PARAMS = [
@@ -137,16 +135,10 @@ class WorkdirCollectionView(APIView):
         operation_id="compute_workdirs_list",
     )
     def get(self, request):
-        page = parse_page_request(request.query_params, key_length=2, default_order="desc")
+        page_request = parse_page_request(request.query_params, key_length=2, default_order="desc")
         workdirs = Workdir.objects.for_org(caller(request).organization)
-        rows, next_cursor = created_page(workdirs, page)
-        return Response(
-            {
-                "data": WorkdirOut(rows, many=True).data,
-                "next_cursor": next_cursor,
-                "total": workdirs.count(),
-            }
-        )
+        rows, next_cursor = created_page(workdirs, page_request)
+        return page(rows, WorkdirOut, next_cursor=next_cursor, total=workdirs.count())
 
 
 class WorkdirDetailView(APIView):

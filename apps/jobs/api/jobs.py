@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.accounts.permissions import COMPUTE_PERMISSIONS, caller
+from apps.core.api import page
 from apps.core.errors import InvalidRequest
 from apps.core.pagination import parse_page_request
 from apps.jobs import selectors, services
@@ -102,20 +103,14 @@ class JobCollectionView(ComputeView):
         operation_id="compute_jobs_list",
     )
     def get(self, request):
-        page = parse_page_request(request.query_params, key_length=2, default_order="desc")
+        page_request = parse_page_request(request.query_params, key_length=2, default_order="desc")
         jobs, next_cursor, total = selectors.job_list(
             caller(request).organization,
-            page,
+            page_request,
             project_id=request.query_params.get("project"),
             state=request.query_params.get("state"),
         )
-        return Response(
-            {
-                "data": JobOut(jobs, many=True, context=EXPLAIN).data,
-                "next_cursor": next_cursor,
-                "total": total,
-            }
-        )
+        return page(jobs, JobOut, next_cursor=next_cursor, total=total, context=EXPLAIN)
 
 
 class JobPlanView(ComputeView):
@@ -130,9 +125,10 @@ class JobPlanView(ComputeView):
     def post(self, request):
         planned = services.job_plan(organization=caller(request).organization, payload=request.data)
         explanation = placement.explain(planned.job)
-        return Response(
-            plan_data(explanation, gpu_count=planned.job.gpu_count, hold_micros=planned.hold_micros)
+        plan = plan_data(
+            explanation, gpu_count=planned.job.gpu_count, hold_micros=planned.hold_micros
         )
+        return Response(PlanOut(plan).data)
 
 
 class JobDetailView(ComputeView):
@@ -184,15 +180,10 @@ class JobEventsView(ComputeView):
     )
     def get(self, request, job_id: str):
         job = selectors.job_for_org(caller(request).organization, job_id)
-        page = parse_page_request(request.query_params)
-        events, next_cursor, total = selectors.event_page(job, page)
-        return Response(
-            {
-                "data": JobEventOut(events, many=True).data,
-                "next_cursor": next_cursor,
-                "total": total,
-            }
+        events, next_cursor, total = selectors.event_page(
+            job, parse_page_request(request.query_params)
         )
+        return page(events, JobEventOut, next_cursor=next_cursor, total=total)
 
 
 class JobArtifactsView(ComputeView):
@@ -204,8 +195,7 @@ class JobArtifactsView(ComputeView):
     def get(self, request, job_id: str):
         job = selectors.job_for_org(caller(request).organization, job_id)
         artifacts = list(job.artifacts.select_related("job").order_by("id"))
-        data = ArtifactOut(artifacts, many=True).data
-        return Response({"data": data, "next_cursor": None, "total": len(data)})
+        return page(artifacts, ArtifactOut, next_cursor=None, total=len(artifacts))
 
 
 class JobArtifactDownloadView(ComputeView):

@@ -12,9 +12,9 @@ from datetime import datetime
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework.response import Response
 
 from apps.accounts.permissions import caller
+from apps.core.api import page
 from apps.core.pagination import parse_page_request
 from apps.jobs import selectors
 from apps.jobs.api.jobs import ComputeView
@@ -56,15 +56,13 @@ class JobMetricsView(ComputeView):
         job = selectors.job_for_org(caller(request).organization, job_id)
         params = request.query_params
         since_step = selectors.since_step_param(params.get("since_step"))
-        page = parse_page_request(params, key_length=2)
         points, next_cursor, total = selectors.metric_page(
-            job, page, name=params.get("name") or None, since_step=since_step
+            job,
+            parse_page_request(params, key_length=2),
+            name=params.get("name") or None,
+            since_step=since_step,
         )
-        return Response(
-            {
-                "names": MetricNameOut(series_names(job), many=True).data,
-                "data": MetricPointOut(points, many=True).data,
-                "next_cursor": next_cursor,
-                "total": total,
-            }
+        names = MetricNameOut(series_names(job), many=True).data
+        return page(
+            points, MetricPointOut, next_cursor=next_cursor, total=total, head={"names": names}
         )

@@ -12,8 +12,7 @@ from rest_framework.views import APIView
 
 from apps.accounts.models import Role
 from apps.accounts.permissions import COMPUTE_PERMISSIONS
-from apps.core.api_errors import first_validation_error
-from apps.core.errors import InvalidRequest
+from apps.core.api import validated
 from apps.core.money import micros_to_usd
 from apps.core.serializers import StrictSerializer
 from apps.jobs.ceilings import markets_for
@@ -79,11 +78,7 @@ class QuoteView(APIView):
 
     @extend_schema(request=QuoteIn, responses=QuoteOut, summary="Quote price and availability")
     def post(self, request):
-        body = QuoteIn(data=request.data)
-        if not body.is_valid():
-            param, message = first_validation_error(body.errors)
-            raise InvalidRequest(message, param=param)
-        compute = body.validated_data["compute"]
+        compute = validated(QuoteIn, request.data)["compute"]
         quote = placement.quote(accelerator=compute["accelerator"], gpu_count=compute["gpu_count"])
         return Response(_quote_body(quote))
 
@@ -143,11 +138,7 @@ class LadderView(APIView):
 
     @extend_schema(parameters=[LadderIn], responses=LadderOut, summary="The price-to-win ladder")
     def get(self, request):
-        params = LadderIn(data=request.query_params.dict())
-        if not params.is_valid():
-            param, message = first_validation_error(params.errors)
-            raise InvalidRequest(message, param=param)
-        wanted = params.validated_data
+        wanted = validated(LadderIn, request.query_params.dict())
         offers = placement.offers_with_free_capacity(
             accelerator=wanted["accelerator"],
             gpu_count=wanted["gpu_count"],

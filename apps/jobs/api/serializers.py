@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from apps.core.api import page_out
 from apps.core.money import micros_to_usd
 from apps.jobs import selectors
 from apps.jobs.execution import placement
@@ -348,29 +349,13 @@ class MetricNameOut(serializers.Serializer):
     latest = MetricLatestOut()
 
 
-def page_serializer(name: str, item: type[serializers.Serializer]) -> type[serializers.Serializer]:
-    """A `{data, next_cursor, total}` envelope for the OpenAPI schema."""
-    return type(
-        name,
-        (serializers.Serializer,),
-        {
-            "data": item(many=True),
-            "next_cursor": serializers.CharField(allow_null=True),
-            "total": serializers.IntegerField(),
-        },
-    )
-
-
-JobPage = page_serializer("JobPage", JobOut)
-LogPage = page_serializer("LogPage", LogLineOut)
-EventPage = page_serializer("EventPage", JobEventOut)
-ArtifactPage = page_serializer("ArtifactPage", ArtifactOut)
-
-
-class MetricPage(serializers.Serializer):
-    """A page of a job's metric points, with every series and its latest point."""
-
-    names = MetricNameOut(many=True)
-    data = MetricPointOut(many=True)
-    next_cursor = serializers.CharField(allow_null=True)
-    total = serializers.IntegerField()
+JobPage = page_out(JobOut, "JobPage")
+LogPage = page_out(LogLineOut, "LogPage")
+EventPage = page_out(JobEventOut, "EventPage")
+ArtifactPage = page_out(ArtifactOut, "ArtifactPage")
+MetricPage = page_out(
+    MetricPointOut,
+    "MetricPage",
+    doc="A page of a job's metric points, with every series and its latest point.",
+    names=MetricNameOut(many=True),
+)
