@@ -4,7 +4,8 @@ place that decides how numbers read on a page (docs/dashboard.md):
 - money by the one USD formatter (`usd`);
 - learning rates and other tiny or huge values in scientific notation (`sci`: `1.5e-4`);
 - losses and other measurements to 4 significant digits (`sig`);
-- durations as `42s`, `3m 12s`, `2h 05m`, `3d 4h` (`duration`, `seconds`);
+- durations as `42s`, `3m 12s`, `2h 05m`, `3d 4h` (`duration`, `seconds`; `live_duration`
+  ticks in the browser while a job runs);
 - times as a `<time>` element (`when`): the server writes UTC, the page's script rewrites
   the text in the browser's time zone and keeps the UTC value on hover.
 
@@ -95,6 +96,18 @@ def duration(job) -> str:
         return "—"
     end = job.terminal_at or timezone.now()
     return human_duration((end - job.started_at).total_seconds())
+
+
+@register.filter
+def live_duration(job) -> str:
+    """`duration`, ticking in the browser while the job runs: the seconds elapsed when this
+    was rendered ride along (`data-elapsed-s`), and the page's script counts on from the
+    moment it received them, so a running job's duration moves between pushes and no clock
+    but the server's is trusted."""
+    if job.started_at is None or job.terminal_at is not None:
+        return duration(job)
+    elapsed = max(0, int((timezone.now() - job.started_at).total_seconds()))
+    return format_html('<span data-elapsed-s="{}">{}</span>', elapsed, human_duration(elapsed))
 
 
 @register.filter

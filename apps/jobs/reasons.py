@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 _WORDS = {
-    "cancelled": "Cancelled by a user.",
+    "cancelled": "Terminated by a user.",
     "terminated": "Terminated.",
     "max_runtime": "Stopped at its maximum runtime.",
     "max_cost": "Stopped at its maximum cost.",

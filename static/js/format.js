@@ -64,8 +64,22 @@
 
   window.trainyardFormat = { sig: sig, sci: sci, duration: duration, localize: localizeWithin };
 
+  // A running job's duration (`live_duration`): the seconds elapsed when the server rendered
+  // it, counted on from when this page received it.
+  function tick() {
+    var now = performance.now();
+    document.querySelectorAll("[data-elapsed-s]").forEach(function (element) {
+      if (!element.dataset.receivedAt) element.dataset.receivedAt = String(now);
+      var elapsed = Number(element.dataset.elapsedS) + (now - Number(element.dataset.receivedAt)) / 1000;
+      var text = duration(elapsed);
+      if (element.textContent !== text) element.textContent = text;
+    });
+  }
+
   function start() {
     localizeWithin(document.body);
+    tick();
+    setInterval(tick, 1000);
     new MutationObserver(function (mutations) {
       mutations.forEach(function (mutation) {
         mutation.addedNodes.forEach(function (node) {

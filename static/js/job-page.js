@@ -96,6 +96,11 @@
     chartBox.dataset.points = String(steps.length);
     chartBox.dataset.gaps = String(losses.filter(function (l) { return l === null; }).length);
     chartBox.dataset.resumes = resumes.join(",");
+    var card = document.getElementById("loss-card");
+    if (card && card.hidden && steps.length) {  // a container job's first metric
+      card.hidden = false;
+      if (chart) chart.setSize({ width: chartBox.clientWidth || 600, height: 220 });
+    }
     if (chart) chart.setData([steps, losses]);
   }
   // Points come as strict JSON: a NaN or infinite loss is null, drawn as a gap (the events

@@ -70,11 +70,17 @@ def test_cancelling_a_running_job_shows_terminated_live(signed_in, team):
     expect(page.locator('#job-status[data-state="running"]')).to_be_visible(timeout=30_000)
     # Screen readers hear the status change: it sits in a polite live region.
     expect(page.locator('[role="status"][aria-live="polite"] #job-status')).to_have_count(1)
+    # A running job's duration moves on its own, as a reload a moment later would show it.
+    duration = page.locator('[data-fact="duration"]')
+    expect(duration.locator("[data-elapsed-s]")).to_have_count(1)
+    shown = duration.inner_text()
+    expect(duration).not_to_have_text(shown, timeout=5_000)
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Terminate").click()
     expect(page.locator('#job-status[data-state="terminated"]')).to_be_visible(timeout=30_000)
-    expect(page.locator("#job-status")).to_contain_text("Cancelled by a user.")
+    expect(page.locator("#job-status")).to_contain_text("Terminated by a user.")
     expect(page.get_by_role("button", name="Terminate")).to_be_hidden()
+    expect(duration.locator("[data-elapsed-s]")).to_have_count(0)  # ended: it stops
     assert Job.objects.get(pk=job.pk).state == "terminated"
 
 

@@ -158,6 +158,11 @@ def test_every_top_bar_control_is_reached_with_tab_and_shows_its_focus(new_page,
     controls = page.locator(".topbar a, .topbar button, .topbar select").filter(visible=True)
     expected = controls.count()
     assert expected >= 8  # brand, the nav's links, organization, sign out, theme
+    # The first stop is the skip link, shown (and ringed) only while it has the focus.
+    page.keyboard.press("Tab")
+    skip = page.locator(".skip-link")
+    expect(skip).to_be_focused()
+    assert skip.evaluate("el => parseFloat(getComputedStyle(el).outlineWidth)") >= 2
     seen = []
     for _ in range(expected + 1):
         page.keyboard.press("Tab")

@@ -295,7 +295,14 @@ def _state_parts(job: Job) -> str:
     context = {**state_context(job), "oob": True}
     return "".join(
         _render(name, context)
-        for name in ("status.html", "cost.html", "error_banner.html", "attempts.html", "facts.html")
+        for name in (
+            "status.html",
+            "page_actions.html",  # e.g. Open in Playground once a fine-tune succeeded
+            "cost.html",
+            "error_banner.html",
+            "attempts.html",
+            "facts.html",
+        )
     )
 
 

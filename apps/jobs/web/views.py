@@ -53,7 +53,6 @@ def job_detail(request: HttpRequest, org_slug: str, job_id: str) -> HttpResponse
         "org": membership.organization,
         "membership": membership,
         "can_write": membership.can(Role.MEMBER),
-        "cancel_label": "Terminate" if job.kind == Job.Kind.CONTAINER else "Cancel",
     }
     return TemplateResponse(request, "jobs/detail.html", context)
 
@@ -97,7 +96,7 @@ def job_log_download(request: HttpRequest, org_slug: str, job_id: str) -> Stream
 def job_cancel(request: HttpRequest, org_slug: str, job_id: str) -> HttpResponse:
     membership, job = _job_for(request, org_slug, job_id)
     if not membership.can(Role.MEMBER):
-        raise PermissionDenied("Viewers cannot cancel jobs.")
+        raise PermissionDenied("Viewers cannot terminate jobs.")
     services.job_terminate(job=job)
     if request.htmx:
         return HttpResponse(status=204)

@@ -146,3 +146,25 @@ def test_a_bundle_pushes_lines_only_to_the_jobs_whose_pages_watch(
     assert _seq(html) == Job.objects.get(pk=watched_job.pk).live_seq
     with pytest.raises(TimeoutError):
         _receive(unseen, timeout=0.5)
+
+
+@pytest.mark.parametrize(
+    ("kind", "offered"), [(Job.Kind.FINETUNE, True), (Job.Kind.CONTAINER, False)]
+)
+def test_the_push_of_a_succeeded_finetune_brings_its_open_in_playground_button(
+    org, django_capture_on_commit_callbacks, kind, offered
+):
+    """What a reload of a succeeded fine-tune shows beside its name arrives live with the
+    state change, and a container job's page is offered no Playground."""
+    job = make_job(org)
+    Job.objects.filter(pk=job.pk).update(kind=kind, state=JobState.FINALIZING)
+    channel = _listen(push.job_group(job.public_id))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.job_transition(job_id=job.pk, to=JobState.SUCCEEDED, exit_code=0)
+
+    html = _receive(channel)["html"]
+    actions = re.search(r'<span id="job-page-actions"[^>]*>(.*?)</span>', html, re.S)
+    assert actions is not None and 'hx-swap-oob="true"' in actions.group(0)
+    link = f'?job={job.public_id}">Open in Playground</a>'
+    assert (link in actions.group(1)) is offered

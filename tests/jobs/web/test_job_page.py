@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from apps.jobs import services
-from apps.jobs.execution import dispatch
+from apps.jobs.execution import dispatch, supervision
 from apps.jobs.live.partials import WINDOW
 from apps.jobs.models import Job
 from apps.jobs.states import JobState
@@ -118,6 +118,61 @@ def test_cancel_terminates_and_viewers_cannot(client_for, member, viewer, org):
     assert (job.state, job.reason) == (JobState.TERMINATED, "cancelled")
     htmx = client_for(member).post(f"/o/acme/jobs/{job.public_id}/cancel/", HTTP_HX_REQUEST="true")
     assert htmx.status_code == 204
+
+
+def _page(client_for, member, job: Job) -> str:
+    return client_for(member).get(f"/o/acme/jobs/{job.public_id}/").content.decode()
+
+
+def test_a_container_job_that_prints_no_metric_has_no_loss_chart_nor_training_words(
+    client_for, member, org
+):
+    body = _page(client_for, member, make_job(org))
+
+    assert '<section class="card" id="loss-card" hidden>' in body
+    assert "<h2>Events</h2>" in body and "Training events" not in body
+
+
+def test_a_container_job_that_prints_metrics_shows_its_curve(client_for, member, org):
+    body = _page(client_for, member, _with_output(org, 20))
+
+    assert '<section class="card" id="loss-card">' in body
+
+
+def test_a_finetune_always_has_its_loss_chart_and_training_events(client_for, member, org):
+    job = make_job(org)
+    Job.objects.filter(pk=job.pk).update(kind=Job.Kind.FINETUNE)
+
+    body = _page(client_for, member, job)
+
+    assert '<section class="card" id="loss-card">' in body
+    assert "<h2>Training events</h2>" in body
+
+
+def test_one_verb_terminate_for_a_waiting_job_of_any_kind_and_its_reason_says_so(
+    client_for, member, org
+):
+    job = make_job(org)  # requested: waiting to be placed
+    Job.objects.filter(pk=job.pk).update(kind=Job.Kind.FINETUNE)
+    assert ">Terminate</button>" in _page(client_for, member, job)
+    assert ">Cancel</button>" not in _page(client_for, member, job)
+
+    client_for(member).post(f"/o/acme/jobs/{job.public_id}/cancel/")
+
+    assert "Terminated by a user." in _page(client_for, member, job)
+
+
+def test_an_ended_job_says_cost_and_why_each_attempt_ended_in_words(client_for, member, org):
+    job = _with_output(org, 5)
+    services.job_transition(job_id=job.pk, to=JobState.PROVISIONING)
+    services.job_transition(job_id=job.pk, to=JobState.RUNNING)
+    services.job_transition(job_id=job.pk, to=JobState.FINALIZING)
+    Job.objects.get(pk=job.pk).attempts.update(exit_code=0)
+    supervision.finalize(job.pk)
+
+    body = _page(client_for, member, job)
+    assert "<h3>Cost</h3>" in body and "Cost so far" not in body
+    assert '<td class="attempt-end" title="exit_code_0">The workload exited with code 0.' in body
 
 
 @pytest.mark.parametrize("suffix", ["", "live/", "logs/?before=10", "logs.txt"])
