@@ -20,13 +20,15 @@ $(PY):
 
 # Reinstalled when a top-level package appears (editable installs map packages at install
 # time). The `train` extra is the LoRA trainer (torch, transformers, peft): `make run` seeds a demo
-# model with it and the tests train with it.
+# model with it and the tests train with it. `--no-compile`: pip would byte-compile every
+# module of every wheel, one file at a time (half of a fresh install's minute); Python compiles
+# the few it imports on first use and keeps them.
 $(VENV)/.installed: pyproject.toml $(wildcard */__init__.py) | $(PY)
-	$(PY) -m pip install --quiet -e '.[train]'
+	$(PY) -m pip install --quiet --no-compile -e '.[train]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(wildcard */__init__.py) | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev,train]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev,train]'
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed
