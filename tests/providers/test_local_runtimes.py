@@ -178,6 +178,10 @@ def test_a_launch_cut_off_before_its_handle_was_saved_adopts_the_container(
 
         assert backend.launch(request, bootstrap) == handle
         assert containers_of_job(request.job_id) == [handle["container"]]
+        # The job page says where it runs.
+        assert backend.where_it_runs(handle) == (
+            f"in a podman container of image {podman_image}, on a network of its own"
+        )
     finally:
         backend.release(handle)
     assert containers_of_job(request.job_id) == []
@@ -220,6 +224,11 @@ def test_a_host_runner_runs_as_nobody_for_good_and_cannot_read_the_control_plane
     ]
     workdir = tmp_path / "work" / request.job_id / "attempt-1"
     assert (workdir.stat().st_uid, workdir.stat().st_mode & 0o777) == (0, 0o700)
+    # The job page says so: no container, and as whom.
+    assert backend.where_it_runs(handle) == (
+        "as a process of the control plane's host (no container: its image is unused), "
+        "as user nobody"
+    )
 
 
 @pytest.mark.live

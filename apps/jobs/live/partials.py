@@ -21,6 +21,7 @@ from apps.jobs.events import ARTIFACT_EVENTS, RESUME_EVENTS, JobEventType
 from apps.jobs.kinds import hooks_for
 from apps.jobs.models import Artifact, Job, JobEvent, LogLine, MetricPoint
 from apps.jobs.states import JobState
+from apps.providers.backends import where_it_runs
 
 WINDOW = 100
 PUSH_LOG_LINES = 100
@@ -195,11 +196,13 @@ def state_context(job: Job) -> dict:
     """Every fact of the job page that changes while it runs: status, cost, attempts and
     the Configuration block. Rendered for the page, each state push and each catch-up, so
     the live page and a reload of it say the same."""
-    attempts = list(job.attempts.all())
+    attempts = list(job.attempts.select_related("provider"))
+    current = attempts[-1] if attempts else None
     return {
         "job": job,
         "attempts": attempts,
-        "current_attempt": attempts[-1] if attempts else None,
+        "current_attempt": current,
+        "runs": where_it_runs(current.provider, current.handle) if current else "",
         "cancellable": job.state in CANCELLABLE,
         "waiting": waiting_reason(job),
         "waiting_explained": waiting_explanation(job),

@@ -73,6 +73,17 @@ def assigns_gpu_devices(provider: Provider) -> bool:
         return False
 
 
+def where_it_runs(provider: Provider | None, handle: object) -> str:
+    """`Backend.where_it_runs` of an attempt on `provider`; "" before its launch, or when its
+    kind has no backend."""
+    if provider is None or not isinstance(handle, dict) or not handle:
+        return ""
+    try:
+        return backend_class(provider.kind).where_it_runs(handle)
+    except PermanentBackendError:
+        return ""
+
+
 __all__ = [
     "REGISTRY",
     "Backend",

@@ -180,6 +180,13 @@ class Backend(ABC):
         each other; placement then runs one organization's work at a time."""
         return False
 
+    @classmethod
+    def where_it_runs(cls, handle: Handle) -> str:
+        """Where, and as whom, a launched attempt's workload runs, in words for its job page
+        ("in a podman container of image …", "on gpu-1 as ty-…"); "" when the handle does not
+        say."""
+        return ""
+
     @abstractmethod
     def launch(self, request: LaunchRequest, bootstrap: Bootstrap) -> Handle: ...
 

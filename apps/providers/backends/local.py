@@ -173,6 +173,17 @@ class LocalBackend(Backend):
     def runtime(self) -> str:
         return runtime_of(self.config)
 
+    @classmethod
+    def where_it_runs(cls, handle: Handle) -> str:
+        if "container" in handle:
+            return (
+                f"in a {handle.get('runtime') or 'container'} container of image "
+                f"{handle.get('image')}, on a network of its own"
+            )
+        user = handle.get("user")
+        where = "as a process of the control plane's host (no container: its image is unused)"
+        return f"{where}, as user {user}" if user else where
+
     def endpoint_url(self, handle: Handle, port: int) -> str:
         """This host's loopback: a host runner shares it; a container's port is the one
         published for it there (its SERVICE_PORT), and no other of its ports is reachable."""
@@ -369,10 +380,12 @@ class LocalBackend(Backend):
             f"{protocol.ENV_ATTEMPT}={bootstrap.attempt}",
         ]
         try:
-            return hostctl.spawn_runner([python, "-m", "runner"], workdir, env, markers, run_as)
+            handle = hostctl.spawn_runner([python, "-m", "runner"], workdir, env, markers, run_as)
         except OSError as exc:
             token_file.unlink(missing_ok=True)  # no runner will read it
             raise PermanentBackendError(f"could not start the runner: {exc}") from exc
+        name = user.pw_name if user is not None else pwd.getpwuid(os.geteuid()).pw_name
+        return {**handle, "runtime": "host", "user": name}
 
     def _run_as(self, python: str) -> pwd.struct_passwd | None:
         """The unprivileged user a host-runtime runner runs as when we are root: `run_as`

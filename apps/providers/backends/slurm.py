@@ -291,6 +291,13 @@ class SlurmBackend(Backend):
         """The attempt's own Unix user under `isolation: users` (as the SSH provider's)."""
         return "ty-" + hashlib.sha256(f"{job_id}/{attempt}".encode()).hexdigest()[:16]
 
+    @classmethod
+    def where_it_runs(cls, handle: Handle) -> str:
+        job_id, user = handle.get("job_id"), handle.get("user")
+        if not job_id:
+            return ""
+        return f"as Slurm job {job_id}, as user {user}" if user else f"as Slurm job {job_id}"
+
     def launch(self, request: LaunchRequest, bootstrap: Bootstrap) -> Handle:
         """Submit the attempt's batch job, or return the one it already has."""
         workdir = self.workdir(request.job_id, request.attempt)

@@ -235,6 +235,13 @@ class SshBackend(Backend):
 
     # -- the Backend interface -------------------------------------------------------------
 
+    @classmethod
+    def where_it_runs(cls, handle: Handle) -> str:
+        host, user = handle.get("host"), handle.get("user")
+        if not host:
+            return ""
+        return f"on {host}, as user {user}" if user else f"on {host}"
+
     def launch(self, request: LaunchRequest, bootstrap: Bootstrap) -> Handle:
         workdir = self.workdir(request.job_id, request.attempt)
         isolated = self.isolation == "users"

@@ -175,6 +175,21 @@ def test_an_ended_job_says_cost_and_why_each_attempt_ended_in_words(client_for, 
     assert '<td class="attempt-end" title="exit_code_0">The workload exited with code 0.' in body
 
 
+def test_the_page_says_where_and_as_whom_the_workload_runs(client_for, member, org):
+    job = make_job(org)
+    assert '<dd data-fact="runs">—</dd>' in _page(client_for, member, job)  # not launched
+    attempt = dispatch.allocate(job.pk)
+    attempt.handle = {"container": "ty-x-1", "runtime": "podman", "image": "python:3.11-slim"}
+    attempt.save(update_fields=["handle"])
+
+    body = _page(client_for, member, job)
+
+    assert (
+        '<dd data-fact="runs">in a podman container of image python:3.11-slim, '
+        "on a network of its own</dd>"
+    ) in body
+
+
 @pytest.mark.parametrize("suffix", ["", "live/", "logs/?before=10", "logs.txt"])
 def test_another_orgs_job_is_404(client_for, outsider, org, suffix):
     job = make_job(org)

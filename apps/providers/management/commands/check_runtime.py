@@ -3,10 +3,11 @@ starts containers before a stack serves (`make run` and compose's worker run it 
 
 When LOCAL_RUNTIME resolves to podman or docker, a tiny container run
 (`runtime_probe.find_flags`). The flags given (CONTAINER_GLOBAL_ARGS, CONTAINER_RUN_ARGS)
-work: nothing to say. They fail but a known set works: that set is put in the environment
-of COMMAND (the stack's processes), and one paragraph says so and how to keep it. None
-works: one paragraph naming the fix, exit 1, and COMMAND never runs — a stack whose
-container jobs would all fail is never started. The host runtime needs no check.
+work: one line names the runtime. They fail but a known set works: that set is put in the
+environment of COMMAND (the stack's processes), and one paragraph says so and how to keep it.
+None works: one paragraph naming the fix, exit 1, and COMMAND never runs — a stack whose
+container jobs would all fail is never started. The host runtime needs no check; one line
+says jobs run as this host's processes, image unused.
 
 A provider's own config `global_args`/`run_args` is not checked here (it overrides these).
 """
@@ -38,6 +39,13 @@ class Command(BaseCommand):
         runtime = runtime_of({})
         if runtime in ("podman", "docker"):
             self._check(runtime)
+        else:
+            self.stdout.write(
+                "Jobs run as processes of this host (LOCAL_RUNTIME="
+                f"{settings.LOCAL_RUNTIME}): no container, so a job's image is not used and "
+                "its workload can reach what this host's user can. For containers, install "
+                "podman (or docker) or set LOCAL_RUNTIME=podman."
+            )
         if command:
             self.stdout.flush()
             os.execvp(command[0], command)
