@@ -15,7 +15,7 @@
    job billed (medians), and the ratio.
 
 Uses its own database (`trainyard_bench_billing`, recreated each run) and Redis database
-(`BENCH_BILLING_REDIS_URL`, default db 12, flushed). Rows are made with generate_series.
+(`BENCH_BILLING_REDIS_URL`, default db 13, flushed). Rows are made with generate_series.
 
     .venv/bin/python bench/bench_billing.py
     BENCH_BILLING_ONLY=reconcile .venv/bin/python bench/bench_billing.py   # part 3 alone
@@ -36,7 +36,7 @@ from live_stack import setup_django
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-REDIS_URL = os.environ.get("BENCH_BILLING_REDIS_URL", "redis://127.0.0.1:6379/12")
+REDIS_URL = os.environ.get("BENCH_BILLING_REDIS_URL", "redis://127.0.0.1:6379/13")
 BENCH_DB = "trainyard_bench_billing"
 BIG = int(os.environ.get("BENCH_USAGE_TRANSFERS", 100_000))
 SMALL = 100

@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 BENCH_DB = "trainyard_bench_dashboard"
-REDIS_URL = os.environ.get("BENCH_DASHBOARD_REDIS_URL", "redis://127.0.0.1:6379/11")
+REDIS_URL = os.environ.get("BENCH_DASHBOARD_REDIS_URL", "redis://127.0.0.1:6379/13")
 BIG = int(os.environ.get("BENCH_JOBS", 100_000))
 SMALL = 100
 REPEATS = 20

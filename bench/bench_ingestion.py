@@ -20,7 +20,7 @@ Last, one batch's work in the view is timed in this process, step by step, to sh
 time goes.
 
 Uses its own database (`trainyard_bench_ingest`, recreated each run) and Redis database
-(`BENCH_INGEST_REDIS_URL`, default db 14, flushed) for the channel layer's broadcasts.
+(`BENCH_INGEST_REDIS_URL`, default db 13, flushed) for the channel layer's broadcasts.
 
     .venv/bin/python bench/bench_ingestion.py
 """
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 BENCH_DB = "trainyard_bench_ingest"
 DATABASE_URL = f"{ADMIN_URL.rsplit('/', 1)[0]}/{BENCH_DB}"
-REDIS_URL = os.environ.get("BENCH_INGEST_REDIS_URL", "redis://127.0.0.1:6379/14")
+REDIS_URL = os.environ.get("BENCH_INGEST_REDIS_URL", "redis://127.0.0.1:6379/13")
 LINES = int(os.environ.get("BENCH_INGEST_LINES", 200_000))
 BATCH = 1000  # the runner's default `log_batch_max_lines`
 ROUNDS = 10

@@ -22,7 +22,7 @@ Only the web server (uvicorn) runs, from `tests.integration.stack.Stack`: no Cel
 or beat, so the jobs stay `requested` and every event is this script's. Chromium is
 Debian's (/usr/bin/chromium), driven by Playwright with the browser tests' flags. Uses its
 own database (`trainyard_bench_live`, recreated each run) and Redis database
-(`BENCH_LIVE_REDIS_URL`, default db 12, flushed). The server and the browser are stopped at
+(`BENCH_LIVE_REDIS_URL`, default db 13, flushed). The server and the browser are stopped at
 the end, also on failure.
 
     .venv/bin/python bench/bench_live.py
@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 ADMIN_URL = os.environ.get("BENCH_ADMIN_URL", "postgres://postgres@127.0.0.1:5432/postgres")
 BENCH_DB = "trainyard_bench_live"
 DATABASE_URL = f"{ADMIN_URL.rsplit('/', 1)[0]}/{BENCH_DB}"
-REDIS_URL = os.environ.get("BENCH_LIVE_REDIS_URL", "redis://127.0.0.1:6379/12")
+REDIS_URL = os.environ.get("BENCH_LIVE_REDIS_URL", "redis://127.0.0.1:6379/13")
 EVENTS = int(os.environ.get("BENCH_LIVE_EVENTS", 50))
 RTT_SAMPLES = 100
 PROFILE_SAMPLES = 30

@@ -29,7 +29,7 @@ from live_stack import setup_django
 LIVE = int(os.environ.get("BENCH_PLACEMENT_LIVE", 200))
 HISTORY = int(os.environ.get("BENCH_PLACEMENT_HISTORY", 100_000))
 TIMES = 200  # calls timed per measure
-REDIS_URL = os.environ.get("BENCH_PLACEMENT_REDIS_URL", "redis://127.0.0.1:6379/14")
+REDIS_URL = os.environ.get("BENCH_PLACEMENT_REDIS_URL", "redis://127.0.0.1:6379/13")
 BODY = {
     "name": "placement",
     "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},

@@ -15,7 +15,7 @@ production timings (heartbeats every 5 s, reconcile every 5 s, 10 s grace).
   `running` (both from the job's own events). Baseline, same run: a new job's submit to
   `running` (created → running from its events).
 
-Uses its own database (`trainyard_bench_preemption`, recreated) and Redis db 12 (flushed).
+Uses its own database (`trainyard_bench_preemption`, recreated) and Redis db 13 (flushed).
 
     .venv/bin/python bench/bench_preemption.py
 """
@@ -43,7 +43,7 @@ from live_stack import (
 )
 
 BENCH_DB = "trainyard_bench_preemption"
-REDIS_URL = os.environ.get("BENCH_PREEMPTION_REDIS_URL", "redis://127.0.0.1:6379/12")
+REDIS_URL = os.environ.get("BENCH_PREEMPTION_REDIS_URL", "redis://127.0.0.1:6379/13")
 RUNS = int(os.environ.get("BENCH_PREEMPTION_RUNS", 5))
 SAVE_STEPS = 4
 MAX_STEPS = 40

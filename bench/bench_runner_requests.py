@@ -21,7 +21,7 @@ against the calls sent alone. Every answer (and every entry's) must be a 200 and
 stored.
 
 Uses its own database (`trainyard_bench_requests`, recreated each run) and Redis database
-(`BENCH_RUNNER_REQUESTS_REDIS_URL`, default db 10, flushed).
+(`BENCH_RUNNER_REQUESTS_REDIS_URL`, default db 13, flushed).
 
     .venv/bin/python bench/bench_runner_requests.py
 """
@@ -46,7 +46,7 @@ from common import funded_org  # noqa: E402
 from live_stack import database_url, group_cpu_s, setup_django, web_answers  # noqa: E402
 
 BENCH_DB = "trainyard_bench_requests"
-REDIS_URL = os.environ.get("BENCH_RUNNER_REQUESTS_REDIS_URL", "redis://127.0.0.1:6379/10")
+REDIS_URL = os.environ.get("BENCH_RUNNER_REQUESTS_REDIS_URL", "redis://127.0.0.1:6379/13")
 REQUESTS = int(os.environ.get("BENCH_RUNNER_REQUESTS", 3000))
 CONCURRENCY = int(os.environ.get("BENCH_RUNNER_REQUESTS_CONCURRENCY", 8))
 ATTEMPTS = 96  # a third for each server, a third in process

@@ -29,7 +29,7 @@ from pathlib import Path
 from live_stack import production_stack, setup_django, stop_runners, terminate_unfinished
 
 BENCH_DB = "trainyard_bench_serving"
-REDIS_URL = os.environ.get("BENCH_SERVING_REDIS_URL", "redis://127.0.0.1:6379/12")
+REDIS_URL = os.environ.get("BENCH_SERVING_REDIS_URL", "redis://127.0.0.1:6379/13")
 REPS = int(os.environ.get("BENCH_SERVING_REPS", 9))
 MAX_TOKENS = int(os.environ.get("BENCH_SERVING_TOKENS", 128))
 

@@ -53,7 +53,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 BENCH_DB = "trainyard_bench_vs_ray"
-REDIS_URL = os.environ.get("BENCH_VS_RAY_REDIS_URL", "redis://127.0.0.1:6379/11")
+REDIS_URL = os.environ.get("BENCH_VS_RAY_REDIS_URL", "redis://127.0.0.1:6379/13")
 REPEATS = int(os.environ.get("BENCH_VS_RAY_REPEATS", 3))
 # Where Trainyard's jobs run: `host` (the local provider's host runtime) or `podman` (a
 # container of the trainer image each, as on a multi-tenant host).

@@ -9,7 +9,7 @@ from pathlib import Path
 # overwrite each other's state. Child processes (the live stack, runners) inherit them.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
 # A serial run keeps db 15; workers take others, so a parallel run never meets a serial one.
-# 14 is test_make_run's and a bench's, 13, 9 and 7 the other benches', 0 `make run`'s.
+# 14 is test_make_run's; 13, 9 and 7 are the benches' (never a test's), 0 `make run`'s.
 SERIAL_REDIS_DB = 15
 WORKER_REDIS_DBS = (12, 11, 10, 8, 6, 5, 4, 3, 2, 1)
 

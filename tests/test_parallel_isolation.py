@@ -4,6 +4,7 @@ controller checks the same again at the end of the run, for ports taken later.""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -104,3 +105,17 @@ def test_a_test_with_a_module_fixture_is_sent_as_part_of_its_modules_group(reque
     assert request.node.stash[parallel.GROUP_KEY] == group
     loadgroup = hasattr(request.config, "workerinput") and request.config.getvalue("loadgroup")
     assert request.node.nodeid.endswith(f"@{group}") == bool(loadgroup)
+
+
+def test_no_bench_flushes_a_redis_database_a_test_uses():
+    """Every bench flushes its Redis database when it starts; one run during a test run must
+    never empty a worker's, the serial run's or the `make run` test's."""
+    tests_use = {test_settings.SERIAL_REDIS_DB, *test_settings.WORKER_REDIS_DBS, 14, 0}
+    defaults = {
+        path.name: int(match.group(1))
+        for path in sorted((ROOT / "bench").glob("bench_*.py"))
+        for match in re.finditer(r'REDIS_URL", "redis://127\.0\.0\.1:6379/(\d+)"', path.read_text())
+    }
+
+    assert len(defaults) >= 10  # the benches that start processes were found
+    assert {name: db for name, db in defaults.items() if db in tests_use} == {}
