@@ -76,10 +76,18 @@ def _job_body_flags(p: argparse.ArgumentParser, *, workdir: bool) -> None:
     _json_flag(p)
 
 
-def _compute_flags(parser: argparse.ArgumentParser) -> None:
+# The web forms' defaults: a container job 10 GB of ephemeral disk, a fine-tune 20 (the base
+# model, its checkpoints and the adapter).
+CONTAINER_DISK_GB = 10
+FINETUNE_DISK_GB = 20
+
+
+def _compute_flags(parser: argparse.ArgumentParser, *, disk_gb: int = CONTAINER_DISK_GB) -> None:
     parser.add_argument("--accelerator", default="cpu", help="catalog name (default: cpu)")
     parser.add_argument("--gpus", type=int, default=1, help="GPU count (default: 1)")
-    parser.add_argument("--disk-gb", type=int, default=20, help="ephemeral disk (default: 20)")
+    parser.add_argument(
+        "--disk-gb", type=int, default=disk_gb, help=f"ephemeral disk (default: {disk_gb})"
+    )
     parser.add_argument("--priority", choices=["standard", "preemptible"])
     parser.add_argument("--max-runtime-hours", type=float)
     parser.add_argument("--max-cost", metavar="USD", help="stop the job at this spend")
@@ -185,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also publish the base with the adapter merged in (merged/ in its hub repo)",
     )
-    _compute_flags(p)
+    _compute_flags(p, disk_gb=FINETUNE_DISK_GB)
     _json_flag(p)
     p.set_defaults(handler=finetune.run)
 

@@ -70,7 +70,8 @@ def test_submit_sends_the_whole_request_with_an_idempotency_key(cli, api, capsys
     (body,) = api.bodies("POST", JOBS)
     assert body == {
         "name": "run 1",
-        "compute": {"accelerator": "nvidia-a100-80gb", "gpu_count": 2, "ephemeral_disk_gb": 20},
+        # The New Job form's container default.
+        "compute": {"accelerator": "nvidia-a100-80gb", "gpu_count": 2, "ephemeral_disk_gb": 10},
         "container": {
             "image": "python:3.12",
             "command": ["python", "train.py", "--lr", "3e-4"],

@@ -158,10 +158,14 @@ class SlurmCluster:
             "PreemptMode": "REQUEUE",
         }
         text = "".join(f"{key}={value}\n" for key, value in lines.items())
+        # A preempted job gets GraceTime to stop before SIGKILL: a trainer finishing its
+        # checkpoint and the runner uploading it took longer than 4 s on a loaded 2-core
+        # machine, and the next attempt restarted from the beginning. A job that stops at
+        # once (every other test's) never waits for it.
         text += (
             f"NodeName={self.host} CPUs=2 RealMemory=20000\n"
             f"PartitionName=low Nodes={self.host} Default=YES PriorityTier=1 "
-            "PreemptMode=REQUEUE GraceTime=4\n"
+            "PreemptMode=REQUEUE GraceTime=15\n"
             f"PartitionName=high Nodes={self.host} PriorityTier=10 PreemptMode=OFF\n"
         )
         self.conf.write_text(text)
