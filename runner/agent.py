@@ -127,6 +127,7 @@ from runner.workload import (
     workload_env,
     workload_markers,
     write_exit_json,
+    write_exit_message,
 )
 
 READER_DRAIN_TIMEOUT_S = 2.0
@@ -248,6 +249,7 @@ class Runner:
             return False
         self._lock_fh = fh
         (self.workdir / "runner.pid").write_text(f"{os.getpid()}\n")
+        write_exit_message('{"started": true}\n')
         return True
 
     def _run_locked(self) -> int:

@@ -24,6 +24,7 @@ from pathlib import Path
 from runner.protocol import (
     ENV_CONTROL_SOCKET,
     ENV_CONTROL_URL,
+    ENV_EXIT_MESSAGE_FILE,
     ENV_HUB_CACHE,
     ENV_JOB_ID,
     ENV_RELAY_URL,
@@ -41,6 +42,7 @@ WORKLOAD_HIDDEN_VARS = (
     ENV_RELAY_URL,
     ENV_CONTROL_SOCKET,
     ENV_HUB_CACHE,
+    ENV_EXIT_MESSAGE_FILE,
 )
 MAX_TOKEN_FILE_BYTES = 4096
 

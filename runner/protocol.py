@@ -118,6 +118,10 @@ ENV_CONTROL_SOCKET = "TRAINYARD_CONTROL_SOCKET"
 # runner points the Hugging Face cache (HF_HUB_CACHE) unless the job names its own
 # (HF_HOME or HF_HUB_CACHE), so a second attempt does not download a model again.
 ENV_HUB_CACHE = "TRAINYARD_HUB_CACHE"
+# Optional: a file where the runner writes `{"started": true}` when it starts and its exit
+# record (as `exit.json`) when it ends, for a provider that cannot read the work directory
+# but reads this file when the container ends (Kubernetes' terminationMessagePath).
+ENV_EXIT_MESSAGE_FILE = "TRAINYARD_EXIT_MESSAGE_FILE"
 # Set by the control plane in the spec's env, for the workload.
 ENV_ATTEMPT = "TRAINYARD_ATTEMPT"
 ENV_CHECKPOINT_DIR = "TRAINYARD_CHECKPOINT_DIR"  # relative to the workload's directory

@@ -20,6 +20,7 @@ from runner.output import utc_now_iso
 from runner.protocol import (
     ENV_ATTEMPT,
     ENV_CHECKPOINT_DIR,
+    ENV_EXIT_MESSAGE_FILE,
     ENV_JOB_ID,
     EXIT_CANNOT_EXECUTE,
     EXIT_NOT_FOUND,
@@ -150,8 +151,22 @@ def start_failure_code(exc: OSError) -> int:
 
 
 def write_exit_json(workdir: Path, exit_code: int) -> None:
-    """Write `{workdir}/exit.json` atomically."""
+    """Write `{workdir}/exit.json` atomically (and the exit message file, when the backend
+    named one: `write_exit_message`)."""
+    record = json.dumps({"exit_code": exit_code, "finished_at": utc_now_iso()}) + "\n"
     path = workdir / "exit.json"
     tmp = path.with_name("exit.json.tmp")
-    tmp.write_text(json.dumps({"exit_code": exit_code, "finished_at": utc_now_iso()}) + "\n")
+    tmp.write_text(record)
     os.replace(tmp, path)
+    write_exit_message(record)
+
+
+def write_exit_message(record: str) -> None:
+    """Write `record` (one JSON line) to the file TRAINYARD_EXIT_MESSAGE_FILE names, whole,
+    replacing what was there; nothing when it names none. A file that cannot be written is
+    no reason to fail the runner: the backend then reads the attempt as lost."""
+    path = os.environ.get(ENV_EXIT_MESSAGE_FILE, "").strip()
+    if not path:
+        return
+    with contextlib.suppress(OSError), open(path, "w", encoding="utf-8") as handle:
+        handle.write(record)

@@ -15,7 +15,7 @@ from apps.core.money import format_usd
 from apps.providers.models import Provider
 
 # Provider kinds whose connection is tested before the admin saves them.
-CHECKED_KINDS = {Provider.Kind.SSH, Provider.Kind.SLURM}
+CHECKED_KINDS = {Provider.Kind.SSH, Provider.Kind.SLURM, Provider.Kind.KUBERNETES}
 
 
 @admin.register(Accelerator)
@@ -71,8 +71,9 @@ class OfferInline(admin.TabularInline):
 
 
 class ProviderForm(forms.ModelForm):
-    """The provider's settings, plus a write-only private key: never shown again, kept when
-    left blank. An SSH or Slurm provider is saved only once its connection test passes."""
+    """The provider's settings, plus a write-only private key or kubeconfig: never shown
+    again, kept when left blank. An SSH, Slurm or Kubernetes provider is saved only once its
+    connection test passes."""
 
     private_key = forms.CharField(
         required=False,
@@ -82,6 +83,14 @@ class ProviderForm(forms.ModelForm):
         "the stored one).",
     )
 
+    kubeconfig = forms.CharField(
+        required=False,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 6, "autocomplete": "off"}),
+        help_text="Kubernetes: the kubeconfig's text (write-only: stored encrypted, never "
+        "shown; blank keeps the stored one).",
+    )
+
     class Meta:
         model = Provider
         fields = ["name", "kind", "config", "enabled"]
@@ -89,8 +98,9 @@ class ProviderForm(forms.ModelForm):
     def clean(self) -> dict:
         data = super().clean()
         credentials = self.instance.credentials() if self.instance.pk else {}
-        if data.get("private_key"):
-            credentials["private_key"] = data["private_key"]
+        for key in ("private_key", "kubeconfig"):
+            if data.get(key):
+                credentials[key] = data[key]
         self.credentials = credentials
         kind = data.get("kind")
         if kind in CHECKED_KINDS and data.get("enabled") and not self.errors:

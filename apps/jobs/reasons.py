@@ -18,6 +18,8 @@ _WORDS = {
     "lost": "The provider lost the workload (its host or batch job went away).",
     "workload_lost": "The workload vanished without reporting how it ended.",
     "launch_failed": "The provider could not start the workload.",
+    "image_pull_failed": "The job's image could not be pulled (see the message below).",
+    "out_of_memory": "The workload ran out of memory and was killed.",
     "queue_timeout": "It waited in the provider's own queue for too long.",
     "secret_missing": "A secret the job uses was deleted before it started.",
     "secret_undecryptable": "A secret the job uses can no longer be decrypted (its key is gone).",

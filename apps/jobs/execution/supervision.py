@@ -240,9 +240,13 @@ def act_on_poll(attempt: Attempt, backend: Backend, outcome: PollResult | Except
     if job.state == JobState.TERMINATING:
         finalize_terminating_without_runner(job.pk)
         return
-    # Gone without an exit record: make sure nothing of it is left before a new attempt.
+    # Gone without an exit record, or failed for the provider's own cause: make sure
+    # nothing of it is left before a new attempt.
     _record_diagnostics(job, attempt, backend)
     backend.release(attempt.handle)
+    if result.state == "failed":
+        _failed(attempt.pk, result.reason or "launch_failed", result.detail or "The launch failed.")
+        return
     _lost(attempt.pk, result.state, result.detail or "The workload was lost.")
 
 
@@ -395,14 +399,35 @@ def _lost(attempt_id: int, reason: str, message: str) -> None:
         if job.state in preemption.DISPLACEABLE_STATES:
             preemption.preempt(job, attempt, reason=preemption.RECLAIMED, detail=reason)
             return
-        end_attempt(attempt, reason=reason)
-        if job.state == JobState.RUNNING:
-            job = services.job_transition(job_id=job.pk, to=JobState.FINALIZING)
-        target = JobState.TERMINATED if job.state == JobState.TERMINATING else JobState.FAILED
-        services.job_transition(
-            job_id=job.pk,
-            to=target,
-            reason=job.reason if target == JobState.TERMINATED else reason,
-            message=message,
-            error_message=message,
-        )
+        _end_failed(job, attempt, reason, message)
+
+
+def _failed(attempt_id: int, reason: str, message: str) -> None:
+    """The provider says the attempt cannot run, or ended for a cause of its own that placing
+    it again would not cure (an image that cannot be pulled, out of memory): the job fails
+    with `reason` (a terminating one is terminated)."""
+    with transaction.atomic():
+        try:
+            job, attempt = lock_current(attempt_id)
+        except AttemptSuperseded:
+            return
+        if attempt.ended_at is not None or job.is_terminal:
+            return
+        services.system_log(job=job, attempt=attempt.number, message=message)
+        _end_failed(job, attempt, reason, message)
+
+
+def _end_failed(job: Job, attempt: Attempt, reason: str, message: str) -> None:
+    """End `attempt` and its job (locked): failed with `reason`, or terminated when a user
+    asked for that meanwhile."""
+    end_attempt(attempt, reason=reason)
+    if job.state == JobState.RUNNING:
+        job = services.job_transition(job_id=job.pk, to=JobState.FINALIZING)
+    target = JobState.TERMINATED if job.state == JobState.TERMINATING else JobState.FAILED
+    services.job_transition(
+        job_id=job.pk,
+        to=target,
+        reason=job.reason if target == JobState.TERMINATED else reason,
+        message=message,
+        error_message=message,
+    )

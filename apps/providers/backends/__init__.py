@@ -19,6 +19,7 @@ REGISTRY: dict[str, str] = {
     Provider.Kind.LOCAL: "apps.providers.backends.local.LocalBackend",
     Provider.Kind.SSH: "apps.providers.backends.ssh.SshBackend",
     Provider.Kind.SLURM: "apps.providers.backends.slurm.SlurmBackend",
+    Provider.Kind.KUBERNETES: "apps.providers.backends.kubernetes.KubernetesBackend",
 }
 
 

@@ -22,6 +22,9 @@ command, a `squeue`) overrides it with one round trip for all of them.
 - `running`: the hardware is ours and the runner runs (or is starting).
 - `exited` with the runner's exit code; `lost` (gone with no exit record); `reclaimed` (the
   provider took the hardware back: preempted, node failure).
+- `failed` with a `reason` (`image_pull_failed`, `out_of_memory`, `launch_failed`): the
+  provider says the attempt cannot run or ended for a cause of its own that placing it again
+  would not cure; the job fails with that reason and `detail` as its message.
 
 Billing starts when the provider allocates the hardware. A backend whose `launch` gets the
 hardware at once (a host slot) says `ALLOCATES_AT_LAUNCH = True` and billing starts at
@@ -52,7 +55,7 @@ from apps.core.errors import Retryable
 from runner import protocol
 
 Handle = dict[str, Any]
-PollState = Literal["queued", "running", "exited", "lost", "reclaimed"]
+PollState = Literal["queued", "running", "exited", "lost", "reclaimed", "failed"]
 
 
 class BackendError(Exception):
@@ -124,6 +127,7 @@ class PollResult:
     state: PollState
     exit_code: int | None = None
     detail: str = ""
+    reason: str = ""  # for `failed`: the job's reason
 
 
 # One handle's answer in `poll_many`: what `poll` returned, or the error it raised.

@@ -1,17 +1,22 @@
-"""`manage.py add_provider KIND NAME [options]`: add an SSH host or a Slurm cluster.
+"""`manage.py add_provider KIND NAME [options]`: add an SSH host, a Slurm cluster or a
+Kubernetes cluster.
 
 The connection is tested first (the host key must match the pinned one, the key must be
-accepted, `sinfo` must answer), and nothing is saved when it fails: the message says what to
-fix. The provider gets one offer per accelerator its backend reports (GPUs found with
-`nvidia-smi -L`, else `--slots` cpu slots) at `--price-usd-hr` per GPU or slot hour.
+accepted, `sinfo` must answer; Kubernetes: the API server answers, the namespace exists and
+the kubeconfig's identity has every right the backend needs), and nothing is saved when it
+fails: the message says what to fix. The provider gets one offer per accelerator its backend
+reports (GPUs found with `nvidia-smi -L`, a cluster's allocatable GPUs, else `--slots` cpu
+slots) at `--price-usd-hr` per GPU or slot hour.
 
     manage.py add_provider ssh gpu-box-1 --host 10.0.0.5 --user ops \\
         --host-key "ssh-ed25519 AAAA..." --private-key-file ~/.ssh/trainyard --price-usd-hr 1.20
     manage.py add_provider slurm campus --partition gpu --account ml --work-dir /shared/ty \\
         --price-usd-hr 0.80
+    manage.py add_provider kubernetes gpu-cluster --kubeconfig ~/.kube/config \
+        --context prod --namespace trainyard --accelerator h100-80gb --price-usd-hr 2.10
 
 `--config '{"key": ...}'` sets any other backend key (docs/adding-a-provider.md lists them).
-The private key is stored encrypted and write-only; it is never printed.
+The private key and the kubeconfig are stored encrypted and write-only; never printed.
 """
 
 from __future__ import annotations
@@ -41,14 +46,19 @@ CONFIG_OPTIONS = {
     "account": "account",
     "slurm_conf": "slurm_conf",
     "login": "login",
+    "context": "context",
+    "namespace": "namespace",
 }
 
 
 class Command(BaseCommand):
-    help = "Add an SSH host or a Slurm cluster as a compute provider (tested before it is saved)."
+    help = (
+        "Add an SSH host, a Slurm cluster or a Kubernetes cluster as a compute provider "
+        "(tested before it is saved)."
+    )
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("kind", choices=["ssh", "slurm"])
+        parser.add_argument("kind", choices=["ssh", "slurm", "kubernetes"])
         parser.add_argument("name", help="the provider's name (a slug)")
         parser.add_argument("--price-usd-hr", required=True, help="price per GPU or slot hour")
         parser.add_argument("--host")
@@ -67,17 +77,24 @@ class Command(BaseCommand):
         parser.add_argument("--account")
         parser.add_argument("--slurm-conf", help="SLURM_CONF for the Slurm commands")
         parser.add_argument("--login", help="Slurm: an SSH login node (JSON of ssh keys)")
+        parser.add_argument("--kubeconfig", help="Kubernetes: the kubeconfig file to use")
+        parser.add_argument("--context", help="Kubernetes: the kubeconfig context")
+        parser.add_argument("--namespace", help="Kubernetes: where Jobs go (default default)")
         parser.add_argument("--config", default="{}", help="more backend keys, as JSON")
         parser.add_argument("--no-check", action="store_true", help="save without testing")
 
     def handle(self, *args, kind: str, name: str, **options) -> None:
         config = _config(options)
         credentials = {}
-        if options["private_key_file"]:
-            try:
-                credentials["private_key"] = Path(options["private_key_file"]).read_text()
-            except OSError as exc:
-                raise CommandError(f"cannot read --private-key-file: {exc.strerror}") from exc
+        for option, key in (("private_key_file", "private_key"), ("kubeconfig", "kubeconfig")):
+            if options[option]:
+                try:
+                    credentials[key] = Path(options[option]).expanduser().read_text()
+                except OSError as exc:
+                    flag = "--" + option.replace("_", "-")
+                    raise CommandError(f"cannot read {flag}: {exc.strerror}") from exc
+        if kind == "kubernetes" and "kubeconfig" not in credentials:
+            raise CommandError("a kubernetes provider needs --kubeconfig FILE")
         price = _micros(options["price_usd_hr"])
         try:
             added = provider_add(
