@@ -35,6 +35,10 @@ from tests.integration.stack import Stack
 
 # Real daemons for the provider tests, each started once per session when a test needs it:
 # an sshd on loopback and a single-node Slurm cluster (munged, slurmctld, slurmd).
+from tests.providers.kube_provider import (  # noqa: F401
+    kubernetes_provider,
+    real_kubernetes_provider,
+)
 from tests.providers.slurm_cluster import slurm_cluster, slurm_provider  # noqa: F401
 from tests.providers.ssh_fixtures import ssh_provider, ssh_state, sshd  # noqa: F401
 

@@ -15,7 +15,7 @@ import pytest
 
 from apps.catalog.models import Offer
 from apps.jobs.models import Attempt
-from apps.providers.backends import REGISTRY
+from apps.providers.backends import REGISTRY, kube_manifests
 from apps.providers.backends.base import BackendError, PollResult
 from apps.providers.models import Provider
 from apps.secrets import services as secret_services
@@ -29,26 +29,37 @@ from tests.providers.slurm_cluster import LIVE_STATES, squeue_state
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
-# Every backend kind, and the local backend in each of its runtimes.
-VARIANTS = [(kind, None) for kind in sorted(REGISTRY) if kind != "local"] + [
+# Every backend kind, the local backend in each of its runtimes, and Kubernetes both on the
+# emulated cluster (tests/providers/kube/) and on a real one when a test run names one.
+VARIANTS = [(kind, None) for kind in sorted(REGISTRY) if kind not in {"local", "kubernetes"}] + [
     ("local", "host"),
     ("local", "podman"),
+    ("kubernetes", "emulated"),
+    ("kubernetes", "real"),
 ]
+# The emulated cluster of the running test (its hooks stand for a crash).
+_cluster: list = []
 
 
 @pytest.fixture(params=VARIANTS, ids=lambda v: "-".join(filter(None, v)))
 def variant(request, settings, tmp_path):
     kind, runtime = request.param
     settings.LOCAL_WORK_DIR = tmp_path / "work"
+    _cluster.clear()
     image = "local"
-    if runtime == "podman":
+    if runtime in ("podman", "emulated"):
         image = request.getfixturevalue("podman_image")
     if kind == "ssh":
         request.getfixturevalue("ssh_provider")  # this machine's sshd, on loopback
-    if runtime:
+    if kind == "local":
         Provider.objects.filter(kind=kind).update(config={"runtime": runtime})
     if kind == "slurm":
         request.getfixturevalue("slurm_provider")
+    if runtime == "emulated":
+        request.getfixturevalue("kubernetes_provider")
+        _cluster[:] = [request.getfixturevalue("kube_cluster")]
+    if runtime == "real":
+        image = request.getfixturevalue("real_kubernetes_provider")
     return kind, image
 
 
@@ -68,6 +79,10 @@ def _alive(backend, handle) -> bool:
     Slurm job."""
     if backend.kind == "slurm":
         return squeue_state(backend.config["slurm_conf"], handle["job_id"]) in LIVE_STATES
+    if backend.kind == "kubernetes":
+        return any(
+            pod["status"].get("phase") in {"Pending", "Running"} for pod in _pods(backend, handle)
+        )
     if "container" in handle:
         return backend.containers.state(handle["container"]).running
     return bool(procfs.group_members(handle["pgid"]))
@@ -81,10 +96,30 @@ def _kill_hard(backend, handle) -> None:
         conf = {**os.environ, "SLURM_CONF": backend.config["slurm_conf"]}
         argv = ["scancel", "--signal=KILL", "--batch", handle["job_id"]]
         subprocess.run(argv, env=conf, check=True)
+    elif backend.kind == "kubernetes" and _cluster:
+        _cluster[0].kill_container(handle["job"])
+    elif backend.kind == "kubernetes":  # a real cluster: the pod deleted with no grace
+        for pod in _pods(backend, handle):
+            backend._call(
+                "kill",
+                backend._core().delete_namespaced_pod,
+                pod["metadata"]["name"],
+                handle["namespace"],
+                grace_period_seconds=0,
+            )
     elif "container" in handle:
         backend.containers.kill(handle["container"])
     else:
         os.killpg(handle["pgid"], signal.SIGKILL)
+
+
+def _pods(backend, handle) -> list[dict]:
+    """The attempt's pods, as the cluster lists them."""
+    selector = f"{kube_manifests.ATTEMPT_LABEL}={handle['job']}"
+    listed = backend._call(
+        "list", backend._core().list_namespaced_pod, handle["namespace"], label_selector=selector
+    )
+    return listed.get("items") or []
 
 
 def _started(request) -> bool:
@@ -117,6 +152,15 @@ def _instances(backend, handle, request) -> int:
         argv = ["squeue", "-h", "--states", "all", "--name", handle["name"], "-o", "%i"]
         listed = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
         return len(listed.stdout.split())
+    if backend.kind == "kubernetes":
+        selector = f"{kube_manifests.ATTEMPT_LABEL}={handle['job']}"
+        listed = backend._call(
+            "list",
+            backend._batch().list_namespaced_job,
+            handle["namespace"],
+            label_selector=selector,
+        )
+        return len(listed.get("items") or []) * max(1, len(_pods(backend, handle)))
     if "container" in handle:
         return len(containers_of_job(request.job_id))
     marker = f"{protocol.ENV_JOB_ID}={request.job_id}"
