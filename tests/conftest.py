@@ -34,7 +34,9 @@ from tests.factories import MembershipFactory, OrganizationFactory, ProjectFacto
 from tests.integration.stack import Stack
 
 # Real daemons for the provider tests, each started once per session when a test needs it:
-# an sshd on loopback and a single-node Slurm cluster (munged, slurmctld, slurmd).
+# an sshd on loopback, a single-node Slurm cluster (munged, slurmctld, slurmd) and an
+# emulated Kubernetes cluster whose pods are podman containers.
+from tests.providers.kube.fixtures import _kube_cluster_session, kube_cluster  # noqa: F401
 from tests.providers.slurm_cluster import slurm_cluster, slurm_provider  # noqa: F401
 from tests.providers.ssh_fixtures import ssh_provider, ssh_state, sshd  # noqa: F401
 
