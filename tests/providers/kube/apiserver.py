@@ -31,7 +31,7 @@ import re
 import secrets
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
@@ -167,10 +167,6 @@ def now() -> datetime:
 def timestamp(when: datetime | None = None) -> str:
     """RFC 3339 at seconds, as Kubernetes' metav1.Time."""
     return (when or now()).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def micro_timestamp(when: datetime | None = None) -> str:
-    return (when or now()).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -463,22 +459,6 @@ def parse_label_selector(text: str) -> list[Requirement]:
         else:
             raise bad_request(f"unable to parse requirement: {part!r}")
     return requirements
-
-
-def match_label_selector(selector: dict[str, Any], labels: dict[str, str]) -> bool:
-    """A LabelSelector object's (matchLabels, matchExpressions) verdict on `labels`."""
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    operators = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
-    for expression in selector.get("matchExpressions") or []:
-        operator = operators.get(expression.get("operator"), "in")
-        requirement = Requirement(
-            expression["key"], operator, tuple(expression.get("values") or ())
-        )
-        if not requirement.matches(labels):
-            return False
-    return True
 
 
 FIELD_SELECTORS = {
@@ -796,7 +776,11 @@ class Store:
         meta = obj["metadata"]
         key = (meta["namespace"], meta["name"])
         old = self.objects[resource].get(key)
-        if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+        if (
+            meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and not meta.get("deletionGracePeriodSeconds")  # a pod's grace: its kubelet ends it
+        ):
             self.remove(resource, meta["namespace"], meta["name"])
             return None
         if old is not None:
@@ -1426,6 +1410,7 @@ def _prepare_job(obj: Obj, old: Obj | None) -> list[Cause]:
     uid = meta["uid"]
     selector_labels = {"batch.kubernetes.io/controller-uid": uid}
     if old is None:
+        obj["status"] = {}  # a new Job's status is the job controller's to write
         spec.setdefault("selector", {"matchLabels": selector_labels})
         labels = template.setdefault("metadata", {}).setdefault("labels", {})
         labels.update(
@@ -1841,11 +1826,3 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
-
-
-def iter_pods_of(store: Store, job: Obj) -> Iterator[Obj]:
-    """The pods a Job controls (caller holds the lock)."""
-    uid = job["metadata"]["uid"]
-    for pod in store.items("pods", job["metadata"]["namespace"]):
-        if controller_uid(pod) == uid:
-            yield pod

@@ -41,7 +41,7 @@ class EmulatedCluster:
     """An API server and its controller thread (job controller, scheduler, garbage
     collector and kubelet). `start`, `reset`, `stop`; the test hooks below."""
 
-    def __init__(self, namespace: str = NAMESPACE, *, kubelet: bool = False) -> None:
+    def __init__(self, namespace: str = NAMESPACE, *, kubelet: bool = True) -> None:
         self.namespace = namespace
         self.id = uuid.uuid4().hex[:12]
         self.store = Store((namespace,))
@@ -110,6 +110,10 @@ class EmulatedCluster:
         if self.controller is not None:
             self.controller.stop()
         self.server.stop()
+
+    def errors(self) -> list[str]:
+        """What went wrong in the controller thread since the last reset (emulator bugs)."""
+        return list(self.controller.errors) if self.controller is not None else []
 
     # -- test hooks --
 
@@ -250,6 +254,10 @@ def _kube_cluster_session() -> Iterator[EmulatedCluster]:
 
 @pytest.fixture
 def kube_cluster(_kube_cluster_session: EmulatedCluster) -> Iterator[EmulatedCluster]:
-    """This process's emulated cluster, reset after the test (module docstring)."""
+    """This process's emulated cluster, reset after the test (module docstring). A test
+    during which the emulator's own thread failed fails at teardown with its errors."""
     yield _kube_cluster_session
+    errors = list(_kube_cluster_session.errors())
     _kube_cluster_session.reset()
+    if errors:
+        pytest.fail("the emulated cluster failed: " + "; ".join(errors))
