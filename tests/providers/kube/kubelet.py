@@ -1208,6 +1208,13 @@ class Kubelet:
             if context.get("runAsGroup") is not None:
                 user += f":{int(context['runAsGroup'])}"
             argv += ["--user", user]
+        fs_group = (spec.get("securityContext") or {}).get("fsGroup")
+        for group in [
+            fs_group,
+            *((spec.get("securityContext") or {}).get("supplementalGroups") or []),
+        ]:
+            if group is not None:
+                argv += ["--group-add", str(int(group))]
         if context.get("readOnlyRootFilesystem"):
             argv.append("--read-only")
         capabilities = context.get("capabilities") or {}
@@ -1229,7 +1236,7 @@ class Kubelet:
             f"{message_file}:{container.get('terminationMessagePath', '/dev/termination-log')}:rw",
         ]
         for mount in container.get("volumeMounts") or []:
-            argv += self._mount(record, mount, volumes.get(mount.get("name"), {}))
+            argv += self._mount(record, mount, volumes.get(mount.get("name"), {}), fs_group)
         cli_env = _cli_env()
         for name, value in env.items():
             if name in CLI_ENV_NAMES:
@@ -1246,7 +1253,12 @@ class Kubelet:
         record.extra["message_policy"] = container.get("terminationMessagePolicy", "File")
         return argv, cli_env
 
-    def _mount(self, record: PodRecord, mount: Obj, volume: Obj) -> list[str]:
+    def _mount(
+        self, record: PodRecord, mount: Obj, volume: Obj, fs_group: int | None = None
+    ) -> list[str]:
+        """The `run` flags of one volumeMount, its host directory made on first use
+        (files written with their modes; group-owned by the pod's fsGroup, as the real
+        kubelet does)."""
         name, path = mount.get("name", ""), mount.get("mountPath", "")
         if volume.get("kind") == "emptyDir" and volume.get("medium") == "Memory":
             size = volume.get("sizeLimit")
@@ -1265,6 +1277,10 @@ class Kubelet:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(content)
                 target.chmod(mode)
+                if fs_group is not None:
+                    os.chown(target, -1, int(fs_group))
+            if fs_group is not None:
+                os.chown(host, -1, int(fs_group))
         read_only = volume.get("kind") == "files" or mount.get("readOnly")
         if mount.get("subPath"):
             host = host / mount["subPath"]
