@@ -145,8 +145,10 @@ class EmulatedCluster:
         """Unsuspend a Job, as Kueue does when it admits one."""
         with self.store.lock:
             job = self._job(job_name, namespace)
-            job["spec"]["suspend"] = False
-            self.store.put("jobs", job)
+            if job["spec"].get("suspend"):
+                job["spec"]["suspend"] = False
+                job["metadata"]["generation"] = job["metadata"].get("generation", 1) + 1
+                self.store.put("jobs", job)
 
     def pod_of(self, job_name: str, namespace: str | None = None) -> Obj | None:
         """A copy of the Job's newest pod not yet finished, else its newest pod; None if

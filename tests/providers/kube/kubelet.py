@@ -464,7 +464,7 @@ class Controller:
                     active = [self._create_pod(job)]
         elif condition_true(job, "Failed"):
             self._delete_pods(job, active)
-        live = self._live_pods(job, live)
+        live = self._live_pods(job, live + active)
         active = [p for p in live if not deleting(p)]
         if active:
             status["active"] = len(active)
@@ -681,7 +681,15 @@ class Controller:
     # -- garbage collector --
 
     def collect_garbage(self) -> None:
+        """Dependents of owners that are gone (or going, in the foreground) deleted; a
+        Foreground owner without dependents let go; an unscheduled pod being deleted
+        marked Failed, as the pod garbage collector does."""
         store = self.store
+        for pod in list(store.items("pods")):
+            if deleting(pod) and not pod["spec"].get("nodeName") and not terminal(pod):
+                failed = copy.deepcopy(pod)
+                failed["status"]["phase"] = "Failed"
+                store.put("pods", failed)
         for resource in list(store.objects):
             for obj in list(store.items(resource)):
                 uids = owner_uids(obj)
@@ -1367,9 +1375,9 @@ class Kubelet:
             set_condition(pod_now, "PodReadyToStartContainers", "False", probe=True)
             self._not_ready(pod_now, "PodCompleted" if code == 0 else "PodFailed")
 
-        record.state = "exited"
         self._update(record, change)
         with self.store.lock:
+            record.state = "exited"  # after the status: the final delete must not come first
             self.store.changed.set()
 
     def _stop_container(self, record: PodRecord, grace: int) -> None:

@@ -284,7 +284,9 @@ def test_a_missing_secret_is_a_config_error_until_it_exists(batch, core, podman_
     _condition(batch, "patient", "Complete")
 
 
-def test_a_pod_asking_more_gpus_than_the_node_has_stays_pending(batch, core, podman_image):
+def test_a_pod_asking_more_gpus_than_the_node_has_stays_pending(
+    batch, core, kube_cluster, podman_image
+):
     job = _job("greedy", podman_image, "pass", limits={"nvidia.com/gpu": "3"})
     batch.create_namespaced_job(NS, job)
 
@@ -309,6 +311,29 @@ def test_a_pod_asking_more_gpus_than_the_node_has_stays_pending(batch, core, pod
     assert [(e.reason, e.type, e.message) for e in events] == [
         ("FailedScheduling", "Warning", message)
     ]
+    kube_cluster.set_node_gpus("gpu-node-1", 4)  # the scheduler tries again
+    _condition(batch, "greedy", "Complete")
+
+
+def test_taints_and_selectors_in_the_schedulers_words(batch, kube_cluster, podman_image):
+    kube_cluster.taint("gpu-node-1", "dedicated", "infra")
+    kube_cluster.add_node("cpu-node-1", gpus=0)
+    job = _job("picky", podman_image, "pass")
+    job["spec"]["template"]["spec"]["nodeSelector"] = {"nvidia.com/gpu.present": "true"}
+    batch.create_namespaced_job(NS, job)
+
+    def message():
+        pod = kube_cluster.pod_of("picky")
+        for cond in (pod and pod["status"].get("conditions")) or []:
+            if cond["type"] == "PodScheduled" and cond.get("reason") == "Unschedulable":
+                return cond["message"]
+        return None
+
+    assert wait_until(message, what="unschedulable") == (
+        "0/2 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 1 "
+        "node(s) had untolerated taint {dedicated: infra}. preemption: 0/2 nodes are "
+        "available: 2 Preemption is not helpful for scheduling."
+    )
 
 
 def test_a_suspended_job_makes_no_pod_until_admitted(batch, core, kube_cluster, podman_image):
