@@ -34,7 +34,9 @@ from tests.factories import MembershipFactory, OrganizationFactory, ProjectFacto
 from tests.integration.stack import Stack
 
 # Real daemons for the provider tests, each started once per session when a test needs it:
-# an sshd on loopback and a single-node Slurm cluster (munged, slurmctld, slurmd).
+# an sshd on loopback, a single-node Slurm cluster (munged, slurmctld, slurmd) and an
+# emulated Kubernetes cluster whose pods are podman containers.
+from tests.providers.kube.fixtures import _kube_cluster_session, kube_cluster  # noqa: F401
 from tests.providers.kube_provider import (  # noqa: F401
     kubernetes_provider,
     real_kubernetes_provider,
