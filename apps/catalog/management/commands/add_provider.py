@@ -13,7 +13,7 @@ slots) at `--price-usd-hr` per GPU or slot hour.
     manage.py add_provider slurm campus --partition gpu --account ml --work-dir /shared/ty \\
         --price-usd-hr 0.80
     manage.py add_provider kubernetes gpu-cluster --kubeconfig ~/.kube/config \
-        --context prod --namespace trainyard --accelerator h100-80gb --price-usd-hr 2.10
+        --context prod --namespace trainyard --accelerator nvidia-h100-80gb --price-usd-hr 2.10
 
 `--config '{"key": ...}'` sets any other backend key (docs/adding-a-provider.md lists them).
 The private key and the kubeconfig are stored encrypted and write-only; never printed.
