@@ -7,9 +7,11 @@ memory 32Gi, nvidia.com/gpu 2, label nvidia.com/gpu.present=true), an API server
 port of 127.0.0.1 (`url`, plain http) that wants `token`, and `kubeconfig_yaml` for the
 official client. Hooks stand for what a test cannot do through the API: `disrupt` (a
 preemption), `kill_container` (a crash), `admit` (Kueue's admission), `set_node_gpus`,
-`add_node`, `taint`, `deny` (a missing RBAC right), `objects` and `requests` (what the API
-holds and was asked). Pods run as podman containers labelled with the cluster's id, all
-removed by `reset` and at the session's end.
+`add_node`, `taint`, `deny` (a missing RBAC right), `objects`, `pod_of` and `requests`
+(what the API holds and was asked), `errors` (the controller thread's own failures: a test
+during which there were any fails at teardown). Pods run as podman containers labelled
+`trainyard.kube-emulator=<the cluster's id>`, all removed by `reset` and at the session's
+end (and, at the next start, those of a test process that died before its teardown).
 """
 
 from __future__ import annotations
