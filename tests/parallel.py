@@ -48,6 +48,7 @@ FIXTURE_MARKERS = {
     "live_stack": "live",
     "slurm_cluster": "live",
     "sshd": "live",
+    "kube_cluster": "live",
     "podman_image": "live",
     "browser": "live",
     "tiny_model": "torch",

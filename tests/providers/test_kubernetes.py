@@ -104,13 +104,18 @@ def test_a_disrupted_pod_is_reclaimed_and_kubernetes_starts_no_second_one(
         result = wait_until(
             lambda: (r := backend.poll(handle)).state == "reclaimed" and r, 30, what="the reclaim"
         )
-        assert "preempting" in result.detail or "DisruptionTarget" in result.detail
-        [job] = kube_cluster.objects("jobs")
-        assert any(
-            c["type"] == "Failed" and c["reason"] == "PodFailurePolicy"
-            for c in job["status"].get("conditions", [])
+        assert "preempting" in result.detail
+        # The pod failure policy fails the Job once the pod has stopped: no second pod.
+        wait_until(
+            lambda: any(
+                c["type"] == "Failed" and c["reason"] == "PodFailurePolicy"
+                for c in kube_cluster.objects("jobs")[0]["status"].get("conditions", [])
+            ),
+            30,
+            what="the Job to fail by its pod failure policy",
         )
-        assert len(kube_cluster.objects("pods")) <= 1  # never a second pod
+        assert backend.poll(handle).state == "reclaimed"
+        assert len(kube_cluster.objects("pods")) <= 1
     finally:
         backend.release(handle)
 

@@ -91,8 +91,6 @@ DEFAULT_GPU_COUNTS = (1, 2, 4, 8)
 
 _clients: dict[str, k8s.ApiClient] = {}
 _clients_lock = threading.Lock()
-# Namespaces where this process has made sure the current runner's ConfigMap exists.
-_runner_published: set[tuple[str, str, str]] = set()
 
 
 class KubernetesBackend(Backend):
@@ -206,13 +204,10 @@ class KubernetesBackend(Backend):
         return float(configured) if configured is not None else float(settings.TERMINATE_GRACE_S)
 
     def _publish_runner(self) -> None:
-        """The runner's ConfigMap for this control plane's runner, created once per
-        namespace (immutable: its name is its digest)."""
-        sha = bundle_sha256()
-        key = (self.api().configuration.host, self.namespace, sha)
-        if key in _runner_published:
-            return
-        body = manifests.runner_configmap(self.namespace, sha, runner_bundle())
+        """The runner's ConfigMap for this control plane's runner (immutable: its name is
+        its digest). Created at every launch, the cluster's 409 meaning it is there: one
+        call, and a ConfigMap an operator deleted comes back."""
+        body = manifests.runner_configmap(self.namespace, bundle_sha256(), runner_bundle())
         with contextlib.suppress(_AlreadyThere):
             self._call(
                 "publish the runner",
@@ -220,7 +215,6 @@ class KubernetesBackend(Backend):
                 self.namespace,
                 body,
             )
-        _runner_published.add(key)
 
     def _read_job(self, name: str) -> dict[str, Any] | None:
         try:
@@ -281,13 +275,27 @@ class KubernetesBackend(Backend):
     # -- terminate and release ---------------------------------------------------------------
 
     def terminate(self, handle: Handle, grace_s: float) -> None:
-        """Delete the Job in the foreground: its pod gets SIGTERM, SIGKILL after `grace_s`,
-        and the Job goes once the pod has. Returns at once; safe when it is gone."""
+        """Delete the Job in the foreground, and its pods with `grace_s` (a Job's dependents
+        otherwise get their own terminationGracePeriodSeconds): SIGTERM now, SIGKILL after
+        the grace, and the Job goes once its pod has. Returns at once; safe when gone."""
+        # The pods first: a pod already being deleted keeps the grace it was deleted with,
+        # and the Job's garbage collection would give it the pod's own.
+        self._delete_pods(handle, grace_s=grace_s)
         self._delete_job(handle, grace_s=grace_s, propagation="Foreground")
 
     def release(self, handle: Handle) -> None:
         """Delete the Job, its pods (at once) and its token Secret; safe when they are gone."""
         self._delete_job(handle, grace_s=0, propagation="Background")
+        self._delete_pods(handle, grace_s=0)
+        with contextlib.suppress(_NotThere):
+            self._call(
+                "delete the token Secret",
+                self._core().delete_namespaced_secret,
+                manifests.token_secret_name(str(handle["job"])),
+                str(handle["namespace"]),
+            )
+
+    def _delete_pods(self, handle: Handle, *, grace_s: float) -> None:
         namespace, name = str(handle["namespace"]), str(handle["job"])
         pods = self._call(
             "list the pods",
@@ -302,15 +310,8 @@ class KubernetesBackend(Backend):
                     self._core().delete_namespaced_pod,
                     pod["metadata"]["name"],
                     namespace,
-                    grace_period_seconds=0,
+                    grace_period_seconds=max(0, math.ceil(grace_s)),
                 )
-        with contextlib.suppress(_NotThere):
-            self._call(
-                "delete the token Secret",
-                self._core().delete_namespaced_secret,
-                manifests.token_secret_name(name),
-                namespace,
-            )
 
     def _delete_job(self, handle: Handle, *, grace_s: float, propagation: str) -> None:
         with contextlib.suppress(_NotThere):

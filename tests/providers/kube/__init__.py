@@ -21,8 +21,8 @@ It is not Kubernetes, only what a backend that submits Jobs needs to be tested a
   termination messages, runAsUser, memory limits, graceful stops and pod logs.
 - Not emulated: watches, server-side apply, RBAC beyond a deny set of (verb, group,
   resource), admission (no quotas, no LimitRanges, no Kueue: a test admits a suspended Job
-  with `admit`), other kinds (Deployments, Services, ...), init and sidecar containers (a
-  pod runs its first container only), restarts (OnFailure is accepted but a failed
+  with `admit`), other kinds (Deployments, Services, ...), sidecar containers (a pod runs its
+  init containers, then its first container only), restarts (OnFailure is accepted but a failed
   container is not restarted: each failure is a new pod, as with Never), indexed Jobs and
   parallelism above one, back-off delays between a Job's pods, real GPUs (the resources
   are only counted), node conditions, pod networking (each pod has its own slirp4netns

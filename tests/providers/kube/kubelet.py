@@ -28,12 +28,13 @@ Kubelet: every container's image must be in podman's store or pullable (`ErrImag
 then `ImagePullBackOff`; imagePullPolicy Always pulls only what is missing); env from
 values, secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef and envFrom, with
 $(VAR) expansion (`CreateContainerConfigError` for a missing Secret, ConfigMap or key);
-configMap, secret and emptyDir volumes in a host directory (a Memory emptyDir is a tmpfs,
-/dev/shm's size); the termination message file; runAsUser/runAsGroup; the memory limit
+configMap, secret and emptyDir volumes in a host directory (a Memory emptyDir at /dev/shm
+sets its size); the termination message file; runAsUser/runAsGroup; the memory limit
 (an exit 137 of a memory-limited container the emulator did not kill is `OOMKilled`, as
 podman's own OOMKilled flag is not set on cgroup v1). Each pod runs only its first
 container, on a slirp4netns network of its own that reaches this host's loopback at
-10.0.2.2 (what a pod's way to the control plane's Service stands for); no init or sidecar
+10.0.2.2 (what a pod's way to the control plane's Service stands for), after its init
+containers, each run to its end in turn (one that fails fails the pod); no sidecar
 containers, probes, restarts, GPUs (counted, never given), hostPath or projected volumes.
 Values of env vars reach podman by name (`--env NAME`, the value in the CLI's environment),
 never in argv, except the few names podman's own environment needs (PATH, HOME,
@@ -1000,6 +1001,8 @@ class Kubelet:
     # -- workers --
 
     def _start(self, record: PodRecord, pod: Obj) -> None:
+        if not record.extra.get("initialized") and not self._run_init_containers(record, pod):
+            return
         container = pod["spec"]["containers"][0]
         image = container.get("image", "")
         policy = container.get("imagePullPolicy", "IfNotPresent")
@@ -1077,6 +1080,71 @@ class Kubelet:
             self._stop_container(
                 record, int(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
             )
+
+    def _run_init_containers(self, record: PodRecord, pod: Obj) -> bool:
+        """Run the pod's init containers in order, each to its end, with the pod's volumes
+        (as the real kubelet does before the first container starts). True when all exited
+        0; else the pod is Failed (its `initContainerStatuses` say how) or waits (an image or
+        a config problem, tried again), and False."""
+        for index, init in enumerate(pod["spec"].get("initContainers") or []):
+            image = init.get("image", "")
+            if not self._image_ready(
+                record, pod, image, init.get("imagePullPolicy", "IfNotPresent")
+            ):
+                return False
+            with self.store.lock:
+                problem, env = resolve_env(self.store, pod, init)
+                volumes, mount_problem = self._collect_volumes(pod)
+            if problem or mount_problem:
+                record.next_try = time.monotonic() + CONFIG_RETRY_S
+                self._set_waiting(record, "CreateContainerConfigError", problem or mount_problem)
+                return False
+            argv, cli_env = self._run_argv(record, pod, init, env, volumes)
+            name = f"{record.container}-init-{index}"
+            argv[argv.index("--name") + 1] = name
+            argv.remove("--detach")
+            with self.store.lock:
+                if self.records.get(record.uid) is not record or record.stop_requested:
+                    return False
+            started = timestamp()
+            result = subprocess.run(
+                argv, capture_output=True, text=True, env=cli_env, timeout=300,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            self._podman("rm", "--force", "--time", "0", name)
+            terminated: Obj = {
+                "exitCode": result.returncode,
+                "reason": "Completed" if result.returncode == 0 else "Error",
+                "startedAt": started,
+                "finishedAt": timestamp(),
+            }
+            if result.returncode != 0 and result.stderr.strip():
+                terminated["message"] = result.stderr.strip()[-1024:]
+
+            def initialized(pod_now: Obj, init=init, terminated=terminated) -> None:
+                statuses = [
+                    s for s in pod_now["status"].get("initContainerStatuses") or []
+                    if s["name"] != init["name"]
+                ]  # fmt: skip
+                statuses.append(self._container_status(init, record, {"terminated": terminated}))
+                pod_now["status"]["initContainerStatuses"] = statuses
+                if terminated["exitCode"] != 0:
+                    pod_now["status"]["phase"] = "Failed"
+                    main = pod_now["spec"]["containers"][0]
+                    waiting = {"waiting": {"reason": "PodInitializing"}}
+                    pod_now["status"]["containerStatuses"] = [
+                        self._container_status(main, record, waiting)
+                    ]
+                    self._not_ready(pod_now, "PodFailed")
+
+            self._update(record, initialized)
+            if result.returncode != 0:
+                with self.store.lock:
+                    record.state = "exited"
+                    self.store.changed.set()
+                return False
+        record.extra["initialized"] = True
+        return True
 
     def _image_ready(self, record: PodRecord, pod: Obj, image: str, policy: str) -> bool:
         try:
@@ -1272,10 +1340,9 @@ class Kubelet:
             size = volume.get("sizeLimit")
             if path == "/dev/shm":
                 return ["--shm-size", f"{int(parse_quantity(size))}" if size else DEFAULT_SHM]
-            options = f"type=tmpfs,destination={path}"
-            if size:
-                options += f",tmpfs-size={int(parse_quantity(size))}"
-            return ["--mount", options]
+            # Any other memory emptyDir is a host directory, as a disk one: an init
+            # container and the pod's container share what it holds (a tmpfs would be each
+            # container's own).
         host = record.host_dir / "volumes" / name
         if not host.exists():
             host.mkdir(parents=True, mode=0o777)
