@@ -5,6 +5,7 @@ deployment relies on hold in every render. No cluster: rendering and validation 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import shlex
@@ -25,6 +26,8 @@ BASE = KUBERNETES / "base"
 SECRET_EXAMPLE = KUBERNETES / "secret.example.env"
 # The oldest Kubernetes the manifests claim, and the newest whose schemas the package ships.
 SCHEMA_VERSIONS = ("1.31", kubernetes_validate.latest_version())
+# Components and `labels:` need kustomize 5 (kubectl 1.27 or later); tested with 5.5.0.
+MIN_KUSTOMIZE = (5, 0)
 SECRET_NAME = "trainyard-secrets"
 # What settings refuse to start without when DEBUG=0, and the URLs that carry passwords.
 REQUIRED_SECRETS = {"SECRET_KEY", "SECRETS_KEYS", "DATABASE_URL", "REDIS_URL"}
@@ -48,6 +51,15 @@ images:
   - name: trainyard
     newName: registry.internal/ops/trainyard
     newTag: "1.2.3"
+configMapGenerator:
+  - name: trainyard-config
+    behavior: merge
+    literals:
+      - ALLOWED_HOSTS=trainyard.your.org,localhost
+      - CSRF_TRUSTED_ORIGINS=https://trainyard.your.org
+      - TRAINYARD_PUBLIC_URL=https://trainyard.your.org
+      - S3_BUCKET=your-bucket
+      - S3_REGION=eu-central-1
 """
 
 Doc = dict[str, Any]
@@ -66,12 +78,34 @@ COMPONENTS = [d for d in _kustomizations() if _kind(d) == "Component"]
 TARGETS = [str(d.relative_to(KUBERNETES)) for d in RENDERABLE] + ["operator-overlay"]
 
 
+@functools.cache
 def _kubectl() -> str:
+    """kubectl's path, once its kustomize is known to be new enough; else the test fails."""
     path = shutil.which("kubectl")
     if path is None:
         pytest.fail(
             "kubectl is not on PATH: these tests render deploy/kubernetes with `kubectl "
             "kustomize` (Debian: apt-get install kubernetes-client; .ci/run installs it)",
+            pytrace=False,
+        )
+    result = subprocess.run(
+        [path, "version", "--client", "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    found = (
+        json.loads(result.stdout or "{}").get("kustomizeVersion", "")
+        if result.returncode == 0
+        else ""
+    )
+    version = tuple(int(n) for n in re.findall(r"\d+", found)[:2])
+    if version < MIN_KUSTOMIZE:
+        pytest.fail(
+            f"{path}'s kustomize is {found or 'unknown (too old to say)'}: deploy/kubernetes "
+            f"needs kustomize {'.'.join(map(str, MIN_KUSTOMIZE))} or later (kubectl 1.27+); "
+            "Debian 12's kubernetes-client (kubectl 1.20) is too old",
             pytrace=False,
         )
     return path
