@@ -21,7 +21,8 @@ RUN DEBUG=0 SECRET_KEY=build-only SECRETS_KEYS=YnVpbGQtb25seS1mZXJuZXQta2V5LTAxM
     STATIC_ROOT=/app/staticfiles python manage.py collectstatic --noinput --verbosity 0
 
 ENV STATIC_ROOT=/app/staticfiles TRAINYARD_VAR_DIR=/app/var
-RUN mkdir -p /app/var && useradd --create-home trainyard && chown -R trainyard /app/var
-USER trainyard
+RUN mkdir -p /app/var && useradd --create-home --uid 1000 trainyard && chown -R trainyard /app/var
+# By number, so Kubernetes can check runAsNonRoot (deploy/kubernetes runs it as 1000).
+USER 1000
 EXPOSE 8000
 CMD ["uvicorn", "config.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--proxy-headers"]

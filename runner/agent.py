@@ -21,7 +21,8 @@
    `workload exited with code N` spooled, every line flushed, `exit` posted, exit 0 — all
    within `final_flush_timeout_s`.
 
-Exit statuses of the runner (`runner.protocol.EXIT_*`): 0 done (or superseded), 1 the token
+Exit statuses of the runner (`runner.protocol.EXIT_*`): 0 done (or superseded; the workload's
+own code instead where TRAINYARD_EXIT_MESSAGE_FILE is set: `container_status`), 1 the token
 was refused (401/404), 2 bad configuration or a protocol version mismatch (the spec's
 `protocol_version`, or a 400 `unsupported_protocol`), 69 the control plane could not be told
 of the exit within `final_flush_timeout_s` (`exit.json` still says what happened), 75 another
@@ -96,6 +97,7 @@ from runner.loops import Heartbeat, LogSender
 from runner.masking import Masker
 from runner.output import OutputCollector
 from runner.protocol import (
+    ENV_EXIT_MESSAGE_FILE,
     ENV_HUB_CACHE,
     ENV_RESUME_FROM,
     EXIT_CONFIG,
@@ -548,7 +550,7 @@ class Runner:
             return EXIT_UNREPORTED
         if self.spool.acked_seq < last_seq:
             return EXIT_UNREPORTED
-        return EXIT_OK
+        return container_status(exit_code)
 
     def _shutdown(self) -> None:
         """Stop the threads (bounded waits) and close the spool."""
@@ -573,6 +575,16 @@ def make_undumpable() -> bool:
         return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
     except (OSError, AttributeError):
         return False
+
+
+def container_status(exit_code: int) -> int:
+    """The runner's own status once the workload's exit was reported: 0, or, where the
+    backend reads the container's status (it named an exit message file: Kubernetes), the
+    workload's code, so a pod whose workload failed (a SIGTERM from a preemption: 143) is a
+    Failed pod, which the Job's pod failure policy judges."""
+    if not os.environ.get(ENV_EXIT_MESSAGE_FILE, "").strip():
+        return EXIT_OK
+    return exit_code if 0 <= exit_code <= 255 else 1
 
 
 def main() -> int:

@@ -230,6 +230,17 @@ SCHEDULED = {"type": "PodScheduled", "status": "True"}
             ("reclaimed", None, ""),
         ),
         (
+            JOB,
+            [
+                _pod(
+                    "Running",
+                    state={"running": {}},
+                    conditions=[{"type": "DisruptionTarget", "status": "True", "message": "x"}],
+                )
+            ],
+            ("running", None, ""),
+        ),
+        (
             {
                 **JOB,
                 "status": {
@@ -255,6 +266,7 @@ SCHEDULED = {"type": "PodScheduled", "status": "True"}
         "runner-never-ran",
         "oom-killed",
         "disrupted-pod",
+        "disrupted-pod-still-stopping",
         "pod-failure-policy",
     ],
 )

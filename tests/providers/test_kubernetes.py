@@ -104,7 +104,7 @@ def test_a_disrupted_pod_is_reclaimed_and_kubernetes_starts_no_second_one(
         result = wait_until(
             lambda: (r := backend.poll(handle)).state == "reclaimed" and r, 30, what="the reclaim"
         )
-        assert "preempting" in result.detail
+        assert "preempting" in result.detail or "DisruptionTarget" in result.detail
         # The pod failure policy fails the Job once the pod has stopped: no second pod.
         wait_until(
             lambda: any(

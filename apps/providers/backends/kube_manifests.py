@@ -302,15 +302,17 @@ def attempt_state(
         return PollResult("lost", detail="the attempt's Kubernetes Job is gone")
     conditions = _true_conditions(job.get("status"))
     pod = _newest(pods)
-    disrupted = pod is not None and "DisruptionTarget" in _true_conditions(pod.get("status"))
-    for kind in ("Failed", "FailureTarget"):
-        condition = conditions.get(kind)
-        if condition and condition.get("reason") == "PodFailurePolicy":
-            return PollResult("reclaimed", detail=_message(condition, "the pod was disrupted"))
-    if disrupted:
-        assert pod is not None
-        condition = _true_conditions(pod.get("status"))["DisruptionTarget"]
-        return PollResult("reclaimed", detail=_message(condition, "the pod was disrupted"))
+    # A disrupted pod is reclaimed once it has stopped: until then its workload is saving a
+    # checkpoint in its grace period, and a release would cut that short.
+    stopping = pod is not None and (pod.get("status") or {}).get("phase") == "Running"
+    failed = conditions.get("Failed")
+    disruption = _true_conditions((pod or {}).get("status")).get("DisruptionTarget")
+    if failed and failed.get("reason") == "PodFailurePolicy":
+        # The pod's own words (who disrupted it and why) when it is still there.
+        said = _message(disruption or failed, "the pod was disrupted")
+        return PollResult("reclaimed", detail=said)
+    if disruption and not stopping:
+        return PollResult("reclaimed", detail=_message(disruption, "the pod was disrupted"))
     if pod is None:
         if (job.get("spec") or {}).get("suspend"):
             where = f"Kueue queue {queue}" if queue else "the cluster's admission"
