@@ -42,7 +42,9 @@ def _checkpoint_dir(pid: int) -> str | None:
         cwd = os.readlink(f"/proc/{pid}/cwd")
     except OSError:
         return None
-    return os.path.join(cwd, named[0].decode() if named else "output")
+    # Through the process's own root: a trainer in a container (a pod) names paths of its
+    # mount namespace; for a process of this host the root is "/".
+    return os.path.join(f"/proc/{pid}/root{cwd}", named[0].decode() if named else "output")
 
 
 def _reached(pid: int, step: int) -> bool:

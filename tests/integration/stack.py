@@ -21,7 +21,8 @@ from tests.live import BIN, ROOT, free_port, wait_until
 
 STACK_ENV = {
     "DJANGO_SETTINGS_MODULE": "config.test_settings",
-    "ALLOWED_HOSTS": "127.0.0.1,localhost",
+    # 10.0.2.2: the host's loopback as the emulated Kubernetes cluster's pods reach it.
+    "ALLOWED_HOSTS": "127.0.0.1,localhost,10.0.2.2",
     "RECONCILE_INTERVAL_S": "1",
     "HEARTBEAT_INTERVAL_S": "1",
     "HEARTBEAT_TIMEOUT_S": "60",
