@@ -67,6 +67,8 @@ def test_every_object_validates_strictly_against_the_kubernetes_schemas():
         _job(config={}, accelerator="cpu", max_runtime_hours=None),
         manifests.token_secret("ml", "ty-job-abc123xyz-2", TOKEN, labels),
         manifests.runner_configmap("ml", bundle_sha256(), runner_bundle()),
+        manifests.network_policy("ml"),
+        manifests.network_policy("ml", ["10.0.0.0/8", "172.16.0.0/12"]),
     ):
         _validate(document)
 
@@ -101,6 +103,23 @@ def test_the_pod_gets_what_the_providers_config_says():
     assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
     mounts = {mount["name"]: mount["mountPath"] for mount in workload["volumeMounts"]}
     assert mounts["dshm"] == "/dev/shm"
+
+
+def test_the_network_policy_lets_nothing_connect_to_a_workload_and_egress_only_if_asked():
+    closed = manifests.network_policy("ml")["spec"]
+    assert closed == {
+        "podSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "trainyard"}},
+        "policyTypes": ["Ingress"],
+    }
+    walled = manifests.network_policy("ml", ["10.0.0.0/8"])["spec"]
+    assert walled["policyTypes"] == ["Ingress", "Egress"]
+    assert walled["egress"][0]["to"][0]["ipBlock"] == {
+        "cidr": "0.0.0.0/0",
+        "except": ["10.0.0.0/8"],
+    }
+    assert "ingress" not in walled
+    labels = _job()["spec"]["template"]["metadata"]["labels"]
+    assert closed["podSelector"]["matchLabels"].items() <= labels.items()
 
 
 def test_a_cpu_attempt_asks_for_no_gpu():

@@ -141,6 +141,8 @@ def test_no_secret_value_is_in_any_object_the_cluster_keeps_and_release_removes_
     backend, handle = _gpu_launch(kubernetes_provider, podman_image, 1)
     [secret] = kube_cluster.objects("secrets")
     assert base64.b64decode(secret["data"]["token"]).decode() == "t0ken-x"
+    [policy] = kube_cluster.objects("networkpolicies")  # nothing may connect to the pod
+    assert policy["spec"]["policyTypes"] == ["Ingress"] and "ingress" not in policy["spec"]
     [job] = kube_cluster.objects("jobs")
     assert secret["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
     wait_until(lambda: kube_cluster.objects("pods"), 20, what="the pod")

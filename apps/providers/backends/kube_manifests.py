@@ -110,6 +110,36 @@ def token_secret(namespace: str, name: str, token: str, labels: Mapping[str, str
     }
 
 
+NETWORK_POLICY_NAME = "trainyard-workloads"
+
+
+def network_policy(namespace: str, egress_except: Sequence[str] = ()) -> dict[str, Any]:
+    """The namespace's NetworkPolicy for Trainyard's pods: nothing may connect to them (a
+    workload needs no inbound connection: its runner calls out). With `egress_except`
+    (CIDRs: the cluster's service and pod ranges, say), their traffic out goes anywhere but
+    there, DNS aside."""
+    spec: dict[str, Any] = {
+        "podSelector": {"matchLabels": dict(MANAGED_BY)},
+        "policyTypes": ["Ingress"],
+    }
+    if egress_except:
+        spec["policyTypes"].append("Egress")
+        spec["egress"] = [
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [str(c) for c in egress_except]}}]},
+            {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": NETWORK_POLICY_NAME,
+            "namespace": namespace,
+            "labels": dict(MANAGED_BY),
+        },
+        "spec": spec,
+    }
+
+
 def owned_by(job: Mapping[str, Any]) -> dict[str, Any]:
     """The merge patch that makes an object owned by `job` (as the cluster returned it)."""
     meta = job["metadata"]

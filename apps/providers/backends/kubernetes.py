@@ -27,6 +27,10 @@ Credentials (write-only, encrypted): `kubeconfig`, the kubeconfig's text. Config
   TERMINATE_GRACE_S, rounded up).
 - `ttl_seconds_after_finished`: how long the cluster keeps a finished Job that was never
   released (default one day).
+- `network_policy` (default true): keep a NetworkPolicy in the namespace under which nothing
+  may connect to a workload's pod (another organization's workload included);
+  `egress_except_cidrs` adds that their traffic out goes anywhere but those ranges (the
+  cluster's own, say), DNS aside. False where the operator manages the namespace's policies.
 
 The reconcile pass polls every live attempt of a provider with two list calls per
 namespace (Jobs and pods, by a label selector naming the attempts), never one per attempt.
@@ -87,6 +91,7 @@ NEEDED_RIGHTS = (
     ("list", "", "events", True),
     ("list", "", "nodes", False),
 )
+NETWORK_POLICY_RIGHT = ("create", "networking.k8s.io", "networkpolicies", True)
 DEFAULT_GPU_COUNTS = (1, 2, 4, 8)
 
 _clients: dict[str, k8s.ApiClient] = {}
@@ -164,6 +169,7 @@ class KubernetesBackend(Backend):
         if self._read_job(name) is not None:
             return handle
         self._publish_runner()
+        self._isolate_network()
         labels = manifests.attempt_labels(request, name)
         secret = manifests.token_secret(namespace, name, bootstrap.token, labels)
         try:
@@ -212,6 +218,26 @@ class KubernetesBackend(Backend):
             self._call(
                 "publish the runner",
                 self._core().create_namespaced_config_map,
+                self.namespace,
+                body,
+            )
+
+    @property
+    def _network_policy(self) -> bool:
+        return self.config.get("network_policy", True) is not False
+
+    def _isolate_network(self) -> None:
+        """The namespace's NetworkPolicy for Trainyard's pods (`network_policy`), created at
+        every launch as the runner's ConfigMap is; one the operator changed is left as is."""
+        if not self._network_policy:
+            return
+        body = manifests.network_policy(
+            self.namespace, list(self.config.get("egress_except_cidrs") or ())
+        )
+        with contextlib.suppress(_AlreadyThere):
+            self._call(
+                "create the workloads' NetworkPolicy",
+                k8s.NetworkingV1Api(self.api()).create_namespaced_network_policy,
                 self.namespace,
                 body,
             )
@@ -371,9 +397,10 @@ class KubernetesBackend(Backend):
             raise PermanentBackendError(
                 f"kubernetes: the namespace {self.namespace!r} does not exist"
             ) from exc
+        rights = [*NEEDED_RIGHTS, *([NETWORK_POLICY_RIGHT] if self._network_policy else [])]
         missing = [
             f"{verb} {resource}{'.' + group if group else ''}"
-            for verb, group, resource, namespaced in NEEDED_RIGHTS
+            for verb, group, resource, namespaced in rights
             if not self._allowed(verb, group, resource, namespaced)
         ]
         if missing:

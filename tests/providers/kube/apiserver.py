@@ -89,6 +89,8 @@ RESOURCES = {
     "events": Resource("events", "Event"),
     "pods": Resource("pods", "Pod", creatable=False),
     "jobs": Resource("jobs", "Job", group="batch"),
+    # Stored, never enforced (the emulated pods' networks are their own anyway).
+    "networkpolicies": Resource("networkpolicies", "NetworkPolicy", group="networking.k8s.io"),
 }
 GROUP_RESOURCES = {(r.group, r.plural): r for r in RESOURCES.values()}
 SUBRESOURCES = {("jobs", "status"), ("pods", "status"), ("pods", "log")}
@@ -1557,7 +1559,7 @@ class ApiServer:
                 ],
             }
         if parts == ["apis"]:
-            groups = [("batch", "v1"), ("authorization.k8s.io", "v1")]
+            groups = [("batch", "v1"), ("networking.k8s.io", "v1"), ("authorization.k8s.io", "v1")]
             return 200, {
                 "kind": "APIGroupList",
                 "apiVersion": "v1",
