@@ -70,6 +70,14 @@ class OfferInline(admin.TabularInline):
     show_change_link = True
 
 
+class WriteOnlyTextarea(forms.Textarea):
+    """A textarea that never shows a value: a form sent back with an error does not echo the
+    private key or kubeconfig that was typed into it."""
+
+    def format_value(self, value: object) -> None:
+        return None
+
+
 class ProviderForm(forms.ModelForm):
     """The provider's settings, plus a write-only private key or kubeconfig: never shown
     again, kept when left blank. An SSH, Slurm or Kubernetes provider is saved only once its
@@ -78,7 +86,7 @@ class ProviderForm(forms.ModelForm):
     private_key = forms.CharField(
         required=False,
         strip=False,
-        widget=forms.Textarea(attrs={"rows": 4, "autocomplete": "off"}),
+        widget=WriteOnlyTextarea(attrs={"rows": 4, "autocomplete": "off"}),
         help_text="SSH private key (write-only: stored encrypted, never shown; blank keeps "
         "the stored one).",
     )
@@ -86,7 +94,7 @@ class ProviderForm(forms.ModelForm):
     kubeconfig = forms.CharField(
         required=False,
         strip=False,
-        widget=forms.Textarea(attrs={"rows": 6, "autocomplete": "off"}),
+        widget=WriteOnlyTextarea(attrs={"rows": 6, "autocomplete": "off"}),
         help_text="Kubernetes: the kubeconfig's text (write-only: stored encrypted, never "
         "shown; blank keeps the stored one).",
     )

@@ -99,4 +99,5 @@ def test_the_admin_refuses_an_ssh_provider_whose_host_key_does_not_match(
     )
     assert response.status_code == 200  # the form again, with the error
     assert b"host key" in response.content.lower()
+    assert b"PRIVATE KEY" not in response.content  # never echoed back
     assert not Provider.objects.filter(name="box-5").exists()

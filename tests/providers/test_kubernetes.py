@@ -239,3 +239,39 @@ def test_a_cluster_out_of_reach_is_retryable_never_lost(kube_cluster, tmp_path):
     backend = KubernetesBackend({"namespace": "trainyard"}, {"kubeconfig": kubeconfig})
     with pytest.raises(RetryableBackendError):
         backend.poll_many([{"namespace": "trainyard", "job": "ty-job-x-1"}])
+
+
+def _admin_post(client, kube_cluster, name: str, kubeconfig: str):
+    return client.post(
+        "/admin/providers/provider/add/",
+        {
+            "name": name,
+            "kind": "kubernetes",
+            "config": f'{{"namespace": "{kube_cluster.namespace}"}}',
+            "enabled": "on",
+            "kubeconfig": kubeconfig,
+            "offers-TOTAL_FORMS": "0",
+            "offers-INITIAL_FORMS": "0",
+        },
+    )
+
+
+def test_the_admin_checks_a_cluster_before_saving_and_keeps_its_kubeconfig_write_only(
+    kube_cluster, client, django_user_model
+):
+    operator = django_user_model.objects.create_superuser("op", "op@example.com", "pw-12345678")
+    client.force_login(operator)
+    kube_cluster.deny("create", "secrets")
+    refused = _admin_post(client, kube_cluster, "cluster-4", kube_cluster.kubeconfig_yaml)
+    assert refused.status_code == 200  # the form again, with the error
+    assert b"may not create secrets" in refused.content
+    assert kube_cluster.token.encode() not in refused.content
+    assert not Provider.objects.filter(name="cluster-4").exists()
+
+    kube_cluster.reset()
+    saved = _admin_post(client, kube_cluster, "cluster-4", kube_cluster.kubeconfig_yaml)
+    assert saved.status_code == 302
+    provider = Provider.objects.get(name="cluster-4")
+    assert provider.credentials() == {"kubeconfig": kube_cluster.kubeconfig_yaml}
+    page = client.get(f"/admin/providers/provider/{provider.pk}/change/")
+    assert page.status_code == 200 and kube_cluster.token.encode() not in page.content
