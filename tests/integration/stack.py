@@ -198,7 +198,24 @@ class Stack:
         if worker is None or worker.popen is None or worker.popen.poll() is not None:
             return
         destination = [self.worker_name]
-        app.control.cancel_consumer("celery", destination=destination, reply=True, timeout=5)
+
+        def consuming() -> bool:
+            queues = app.control.inspect(destination=destination, timeout=2).active_queues()
+            return any(q.get("name") == "celery" for q in (queues or {}).get(self.worker_name, []))
+
+        # Until it says it stopped: a cancel lost on a loaded machine would leave it taking
+        # the next test's tasks while the database is flushed.
+        wait_until(
+            lambda: (
+                app.control.cancel_consumer(
+                    "celery", destination=destination, reply=True, timeout=5
+                )
+                and not consuming()
+            ),
+            timeout=30,
+            interval=0.5,
+            what="the worker to stop taking tasks",
+        )
         wait_until(
             lambda: (
                 not any(

@@ -73,11 +73,21 @@ def _queued(client: redis.Redis, job_id: int) -> list[str]:
 def queue_left_alone():
     """No Celery worker takes messages off the default queue while the test reads it: a live
     stack this test worker started for an earlier test (its Redis database is this worker's)
-    stops consuming it, and consumes it again after. With no stack up, nobody answers."""
-    stopped = app.control.cancel_consumer("celery", reply=True, timeout=1)
+    stops consuming it, and only a worker that was consuming it before consumes it again
+    after (a stack paused between tests stays paused: resumed, it would take the next
+    test's tasks while the database is flushed, a deadlock). With no stack up, nobody
+    answers."""
+    queues = app.control.inspect(timeout=1).active_queues() or {}
+    consuming = [
+        name
+        for name, listed in queues.items()
+        if any(queue.get("name") == "celery" for queue in listed)
+    ]
+    if consuming:
+        app.control.cancel_consumer("celery", destination=consuming, reply=True, timeout=5)
     yield
-    if stopped:
-        app.control.add_consumer("celery", reply=True, timeout=5)
+    if consuming:
+        app.control.add_consumer("celery", destination=consuming, reply=True, timeout=5)
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
