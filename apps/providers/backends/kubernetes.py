@@ -311,8 +311,8 @@ class KubernetesBackend(Backend):
 
     def release(self, handle: Handle) -> None:
         """Delete the Job, its pods (at once) and its token Secret; safe when they are gone."""
+        self._delete_pods(handle, grace_s=0)  # first, as in `terminate`
         self._delete_job(handle, grace_s=0, propagation="Background")
-        self._delete_pods(handle, grace_s=0)
         with contextlib.suppress(_NotThere):
             self._call(
                 "delete the token Secret",
