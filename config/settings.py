@@ -136,7 +136,9 @@ def _database_config(url: str) -> dict:
         # check sweeps the whole pool (config/db_pool.py, through the backend in
         # config/postgresql, since Django's own backend fixes the pool's check).
         config["ENGINE"] = POOLED_POSTGRESQL_ENGINE
-        config["OPTIONS"] = {"pool": {"min_size": 1, "max_size": DATABASE_POOL_SIZE}}
+        # Beside what the URL's query asks for (sslmode, sslrootcert, options ...).
+        pool = {"min_size": 1, "max_size": DATABASE_POOL_SIZE}
+        config["OPTIONS"] = {**config.get("OPTIONS", {}), "pool": pool}
         config["CONN_MAX_AGE"] = 0
     return config
 

@@ -55,3 +55,23 @@ def test_a_pool_whose_connections_the_database_all_ended_serves_a_working_one(mo
         assert pool.get_stats().get("connections_lost", 0) >= IDLE - 1
     finally:
         wrapper.close_pool()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_pool_keeps_what_the_urls_query_asks_for_sslmode_included(monkeypatch):
+    """`?sslmode=require` (a managed database's URL) reaches psycopg with the pool on: it was
+    dropped, and the connection went out unencrypted."""
+    monkeypatch.setattr(production_settings, "DATABASE_POOL", True)
+    name = connection.settings_dict["NAME"]
+    url = f"postgres://postgres@127.0.0.1:5432/{name}?sslmode=disable&application_name=ty-web"
+    config = production_settings._database_config(url)
+    assert config["OPTIONS"]["sslmode"] == "disable"
+    assert config["OPTIONS"]["pool"]["max_size"] == production_settings.DATABASE_POOL_SIZE
+    wrapper_class = load_backend(config["ENGINE"]).DatabaseWrapper
+    wrapper = wrapper_class({**connection.settings_dict, **config}, alias="pool-with-options")
+    try:
+        with wrapper.cursor() as cursor:
+            cursor.execute("SELECT current_setting('application_name')")
+            assert cursor.fetchone()[0] == "ty-web"  # the query's options reach the server
+    finally:
+        wrapper.close_pool()
