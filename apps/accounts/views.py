@@ -60,12 +60,12 @@ def org_settings(request: HttpRequest, org_slug: str) -> HttpResponse:
     org = membership.organization
     remember_org(request, org)
     can_manage = membership.can(Role.ADMIN)
-    form = ApiKeyCreateForm(max_role=membership.role) if can_manage else None
+    form = ApiKeyCreateForm(max_role=membership.role, organization=org) if can_manage else None
     new_key = None
     if request.method == "POST":
         if not can_manage:
             raise PermissionDenied("Only admins and owners manage API keys.")
-        form = ApiKeyCreateForm(request.POST, max_role=membership.role)
+        form = ApiKeyCreateForm(request.POST, max_role=membership.role, organization=org)
         if form.is_valid():
             _, new_key = services.api_key_create(
                 organization=org,
@@ -73,7 +73,7 @@ def org_settings(request: HttpRequest, org_slug: str) -> HttpResponse:
                 role=form.cleaned_data["role"],
                 created_by=request.user,
             )
-            form = ApiKeyCreateForm(max_role=membership.role)
+            form = ApiKeyCreateForm(max_role=membership.role, organization=org)
     context = {
         "org": org,
         "membership": membership,

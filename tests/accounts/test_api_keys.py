@@ -42,6 +42,23 @@ def test_it_shows_a_new_key_once_and_stores_only_its_hash(client_for, admin, org
     assert secret_part not in again.content.decode()
 
 
+def test_a_second_active_key_of_the_same_name_is_refused_and_a_revoked_ones_name_is_free(
+    client_for, admin, org
+):
+    client = client_for(admin)
+    _create_key_on_page(client, org, name="ci")
+    refused = _create_key_on_page(client, org, name=" CI ")
+    assert refused.status_code == 200
+    assert "An active key is already named &#x27;CI&#x27;" in refused.content.decode()
+    assert '<code class="secret">' not in refused.content.decode()
+    assert ApiKey.objects.filter(organization=org).count() == 1
+
+    key = ApiKey.objects.get(organization=org)
+    client.post(f"/o/{org.slug}/settings/keys/{key.pk}/revoke/")
+    assert '<code class="secret">' in _create_key_on_page(client, org, name="ci").content.decode()
+    assert ApiKey.objects.filter(organization=org, name="ci").count() == 2
+
+
 def test_it_authenticates_with_the_key_as_bearer_and_records_use(client_for, admin, org):
     full_key = _shown_key(_create_key_on_page(client_for(admin), org))
     response = _bearer(full_key).get("/api/v1/whoami")
