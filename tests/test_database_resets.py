@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth.models import Permission
 from django.core.management import call_command
-from django.db import connection
+from django.db import DataError, connection, transaction
 
 from apps.billing import ledger
 from apps.billing.models import Transfer
 from apps.catalog.models import Accelerator
 from apps.providers.models import Provider
 from tests.factories import OrganizationFactory
+from tests.postgresql.base import retried_on_deadlock
 
 pytestmark = pytest.mark.django_db(transaction=True, serialized_rollback=True)
 
@@ -52,3 +53,37 @@ def test_a_flush_empties_every_table_and_the_serialized_rows_come_back_as_they_w
     assert connection.creation.serialize_db_to_string() == migrated
     assert Accelerator.objects.exists() and Provider.objects.filter(name="local").exists()
     assert not Transfer.objects.exists()
+
+
+def _deadlock_victim_once(calls: list[int]):
+    """Work that PostgreSQL itself fails as a deadlock's victim (SQLSTATE 40P01) the first
+    time, and that answers 1 after."""
+
+    def work() -> int:
+        calls.append(1)
+        with transaction.atomic(), connection.cursor() as cursor:
+            if len(calls) == 1:
+                cursor.execute(
+                    "DO $$ BEGIN RAISE EXCEPTION 'deadlock detected' "
+                    "USING ERRCODE = '40P01'; END $$"
+                )
+            cursor.execute("SELECT 1")
+            return cursor.fetchone()[0]
+
+    return work
+
+
+def test_a_flush_or_reload_chosen_as_a_deadlocks_victim_is_tried_again_and_nothing_else_is():
+    calls: list[int] = []
+    assert retried_on_deadlock(_deadlock_victim_once(calls)) == 1
+    assert len(calls) == 2
+
+    def broken() -> None:
+        calls.append(1)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1/0")
+
+    calls.clear()
+    with pytest.raises(DataError):
+        retried_on_deadlock(broken)
+    assert len(calls) == 1

@@ -20,6 +20,11 @@ from django.db.backends.postgresql import creation
 
 class DatabaseCreation(creation.DatabaseCreation):
     def deserialize_db_from_string(self, data: str) -> None:
+        from tests.postgresql.base import retried_on_deadlock
+
+        retried_on_deadlock(lambda: self._reload(data))
+
+    def _reload(self, data: str) -> None:
         alias = self.connection.alias
         by_model: dict[type, list] = defaultdict(list)
         one_by_one = []

@@ -383,12 +383,10 @@ def _lost(attempt_id: int, reason: str, message: str) -> None:
     preempted and placed again); a terminating one is terminated; one that was already
     finishing fails."""
     with transaction.atomic():
-        try:
-            job, attempt = lock_current(attempt_id)
-        except AttemptSuperseded:
+        locked = _live(attempt_id)
+        if locked is None:
             return
-        if attempt.ended_at is not None or job.is_terminal:
-            return
+        job, attempt = locked
         services.record_event(
             job=job,
             attempt=attempt.number,
@@ -407,14 +405,24 @@ def _failed(attempt_id: int, reason: str, message: str) -> None:
     it again would not cure (an image that cannot be pulled, out of memory): the job fails
     with `reason` (a terminating one is terminated)."""
     with transaction.atomic():
-        try:
-            job, attempt = lock_current(attempt_id)
-        except AttemptSuperseded:
+        locked = _live(attempt_id)
+        if locked is None:
             return
-        if attempt.ended_at is not None or job.is_terminal:
-            return
+        job, attempt = locked
         services.system_log(job=job, attempt=attempt.number, message=message)
         _end_failed(job, attempt, reason, message)
+
+
+def _live(attempt_id: int) -> tuple[Job, Attempt] | None:
+    """The job and attempt, locked, when the attempt is still its job's live one (not ended,
+    the job not final); None otherwise. Call inside a transaction."""
+    try:
+        job, attempt = lock_current(attempt_id)
+    except AttemptSuperseded:
+        return None
+    if attempt.ended_at is not None or job.is_terminal:
+        return None
+    return job, attempt
 
 
 def _end_failed(job: Job, attempt: Attempt, reason: str, message: str) -> None:

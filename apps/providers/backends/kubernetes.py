@@ -321,15 +321,19 @@ class KubernetesBackend(Backend):
                 str(handle["namespace"]),
             )
 
-    def _delete_pods(self, handle: Handle, *, grace_s: float) -> None:
-        namespace, name = str(handle["namespace"]), str(handle["job"])
-        pods = self._call(
+    def _pods_of(self, handle: Handle) -> list[dict[str, Any]]:
+        """The attempt's pods, as the cluster lists them."""
+        listed = self._call(
             "list the pods",
             self._core().list_namespaced_pod,
-            namespace,
-            label_selector=f"{manifests.ATTEMPT_LABEL}={name}",
+            str(handle["namespace"]),
+            label_selector=f"{manifests.ATTEMPT_LABEL}={handle['job']}",
         )
-        for pod in pods.get("items") or []:
+        return listed.get("items") or []
+
+    def _delete_pods(self, handle: Handle, *, grace_s: float) -> None:
+        namespace = str(handle["namespace"])
+        for pod in self._pods_of(handle):
             with contextlib.suppress(_NotThere):
                 self._call(
                     "delete a pod",
@@ -437,15 +441,7 @@ class KubernetesBackend(Backend):
         pod (FailedScheduling, Failed pulls, evictions). Never raises."""
         try:
             namespace, name = str(handle["namespace"]), str(handle["job"])
-            pods = (
-                self._call(
-                    "list the pods",
-                    self._core().list_namespaced_pod,
-                    namespace,
-                    label_selector=f"{manifests.ATTEMPT_LABEL}={name}",
-                ).get("items")
-                or []
-            )
+            pods = self._pods_of(handle)
             lines: list[str] = []
             subjects = [name] + [pod["metadata"]["name"] for pod in pods]
             for pod in pods:
