@@ -87,3 +87,21 @@ def test_a_flush_or_reload_chosen_as_a_deadlocks_victim_is_tried_again_and_nothi
     with pytest.raises(DataError):
         retried_on_deadlock(broken)
     assert len(calls) == 1
+
+
+def test_every_transactional_test_reloads_the_serialized_rows(request):
+    """A transactional test without `serialized_rollback` ends with a flush that runs
+    post_migrate, which makes the content types again under new ids; every later serialized
+    test of that worker then fails to reload its rows (duplicate content types), a cascade of
+    errors in a clean-clone run. Each test that takes the database in a transaction
+    (`transaction=True`, `transactional_db`, `live_server`) must say `serialized_rollback`."""
+    offenders = []
+    for item in request.session.items:
+        marker = item.get_closest_marker("django_db")
+        names = set(getattr(item, "fixturenames", ()))
+        transactional = bool(names & {"transactional_db", "live_server"}) or bool(
+            marker and marker.kwargs.get("transaction")
+        )
+        if transactional and not (marker and marker.kwargs.get("serialized_rollback")):
+            offenders.append(item.nodeid)
+    assert offenders == []

@@ -57,7 +57,6 @@ def test_a_pool_whose_connections_the_database_all_ended_serves_a_working_one(mo
         wrapper.close_pool()
 
 
-@pytest.mark.django_db(transaction=True)
 def test_the_pool_keeps_what_the_urls_query_asks_for_sslmode_included(monkeypatch):
     """`?sslmode=require` (a managed database's URL) reaches psycopg with the pool on: it was
     dropped, and the connection went out unencrypted."""
