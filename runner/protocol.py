@@ -309,3 +309,101 @@ class ErrorAnswer(TypedDict):
     """Any error answer."""
 
     error: ErrorDetail
+
+
+# -- into a running job: shell sessions over the runner's channel -------------------------
+#
+# An SSH gateway (or the job page's terminal) in the control plane asks for a session; the
+# runner opens it inside the workload's environment and carries its bytes over plain HTTP
+# calls of its own, so no port is ever opened on the node (docs/runner-protocol.md,
+# "Shell sessions"):
+#
+# - The answers of `started`, `heartbeat` and `logs` carry `SHELL_ANSWER_KEY: true` while
+#   sessions wait for this attempt. The runner then long-polls `GET SHELL_ACCEPT?wait=S`
+#   (at most SHELL_WAIT_MAX_S), which answers `{"sessions": [ShellRequest, ...]}` (empty
+#   when none came in time), for as long as the hint keeps coming and for
+#   SHELL_ACCEPT_LINGER_S after it stopped.
+# - For each request it starts the session and carries its frames: `GET SHELL_DOWN?wait=S`
+#   answers the frames the client sent (application/octet-stream; empty when none came in
+#   time); `POST SHELL_UP` with frames answers `{"backlog": n}` (frames not yet taken by
+#   the client: the runner slows down while it is over SHELL_UP_BACKLOG_MAX). Either answers
+#   404 `session_not_found` once the session is gone; the runner then ends it.
+# - Frames: one type byte, a 4-byte big-endian length, the payload (`encode_frame`).
+
+SHELL_ANSWER_KEY = "shell"
+SHELL_ACCEPT = "ssh/accept"
+SHELL_DOWN = "ssh/{sid}/down"
+SHELL_UP = "ssh/{sid}/up"
+SHELL_WAIT_MAX_S = 20.0
+SHELL_ACCEPT_LINGER_S = 60.0
+SHELL_UP_BACKLOG_MAX = 64
+SHELL_FRAME_MAX_BYTES = 256 * 1024  # the largest payload one frame may carry
+ERROR_SESSION_NOT_FOUND = "session_not_found"
+
+# Client -> workload (`down`).
+FRAME_STDIN = b"d"  # bytes for the process's stdin (or the TCP connection)
+FRAME_EOF = b"e"  # the client will send no more
+FRAME_WINDOW = b"w"  # JSON {"cols": int, "rows": int}: the terminal was resized
+FRAME_SIGNAL = b"s"  # JSON {"name": "INT"}: a signal for the process (its group)
+FRAME_CLOSE = b"c"  # JSON {"message": str}: the session is over; kill what is left
+# Workload -> client (`up`).
+FRAME_OPENED = b"a"  # JSON {"ok": true} or {"error": str}: the session started, or why not
+FRAME_STDOUT = b"o"  # the process's stdout (with a PTY: the terminal's output; TCP: data)
+FRAME_STDERR = b"r"  # the process's stderr (never with a PTY)
+FRAME_EXIT = b"x"  # JSON {"status": int} or {"signal": "TERM"}: how the process ended
+FRAME_CLOSED = b"z"  # the last frame of a session: nothing follows (`FRAME_STDOUT` EOF too)
+
+_FRAME_HEADER = 5
+
+
+class ShellPty(TypedDict):
+    term: str
+    cols: int
+    rows: int
+
+
+class ShellRequest(TypedDict):
+    """One session to open, as `GET SHELL_ACCEPT` lists it.
+
+    `kind` "session": a login shell when `command` and `subsystem` are both None, else
+    `command` run by the workload's shell (`sh -c`), or `subsystem` ("sftp" only); `pty` is
+    set when the client asked for a terminal. `kind` "tcp": a connection to `host`:`port`
+    as the workload would open it (its own loopback in a container: `ssh -L`)."""
+
+    sid: str
+    kind: str  # "session" | "tcp"
+    command: str | None
+    subsystem: str | None
+    pty: ShellPty | None
+    env: dict[str, str]  # what the client asked to set (LANG, LC_*, TERM only)
+    host: str | None
+    port: int | None
+
+
+def encode_frame(kind: bytes, payload: bytes = b"") -> bytes:
+    """One frame: `kind` (one byte), the payload's length (4 bytes, big-endian), the payload."""
+    if len(kind) != 1:
+        raise ValueError("a frame's kind is one byte")
+    if len(payload) > SHELL_FRAME_MAX_BYTES:
+        raise ValueError(f"a frame carries at most {SHELL_FRAME_MAX_BYTES} bytes")
+    return kind + len(payload).to_bytes(4, "big") + payload
+
+
+def decode_frames(data: bytes) -> list[tuple[bytes, bytes]]:
+    """The frames `data` holds, in order, as (kind, payload). Raises ValueError when a frame
+    is cut short or longer than SHELL_FRAME_MAX_BYTES."""
+    frames = []
+    at = 0
+    while at < len(data):
+        if len(data) - at < _FRAME_HEADER:
+            raise ValueError("a frame's header is cut short")
+        kind = data[at : at + 1]
+        size = int.from_bytes(data[at + 1 : at + _FRAME_HEADER], "big")
+        if size > SHELL_FRAME_MAX_BYTES:
+            raise ValueError(f"a frame of {size} bytes is over {SHELL_FRAME_MAX_BYTES}")
+        end = at + _FRAME_HEADER + size
+        if end > len(data):
+            raise ValueError("a frame's payload is cut short")
+        frames.append((kind, data[at + _FRAME_HEADER : end]))
+        at = end
+    return frames
