@@ -397,6 +397,22 @@ HEARTBEAT_INTERVAL_S = env_float("HEARTBEAT_INTERVAL_S", 5.0)
 # A live attempt whose runner has not been heard from for this long is lost.
 HEARTBEAT_TIMEOUT_S = env_float("HEARTBEAT_TIMEOUT_S", 90.0)
 TERMINATE_GRACE_S = env_float("TERMINATE_GRACE_S", 10.0)
+
+# Into a running job (docs/ssh.md): the SSH gateway's port (0: no gateway; `make run` and
+# the Procfile's `ssh` process use 2222), the address it listens on, and the host name
+# people connect to (empty: the host of the page or API call that shows the command). Its
+# host key is made once and kept under VAR_DIR. A session idle this long is closed; one
+# that carried this many bytes (both ways) is closed too.
+SSH_GATEWAY_PORT = env_int("SSH_GATEWAY_PORT", 0)
+SSH_GATEWAY_BIND = env_str("SSH_GATEWAY_BIND", "127.0.0.1")
+SSH_GATEWAY_HOST = env_str("SSH_GATEWAY_HOST", "")
+SSH_GATEWAY_HOST_KEY = Path(
+    env_str("SSH_GATEWAY_HOST_KEY", str(VAR_DIR / "ssh_gateway" / "host_ed25519"))
+)
+SSH_SESSION_IDLE_TIMEOUT_S = env_float("SSH_SESSION_IDLE_TIMEOUT_S", 3600.0)
+SSH_SESSION_MAX_BYTES = env_int("SSH_SESSION_MAX_BYTES", 10 * 1024**3)
+# How long opening a session waits for the job's runner to take it.
+SSH_SESSION_OPEN_TIMEOUT_S = env_float("SSH_SESSION_OPEN_TIMEOUT_S", 30.0)
 # A job displaced or reclaimed more often than this fails `too_many_preemptions`.
 PREEMPTION_MAX_PER_JOB = env_int("PREEMPTION_MAX_PER_JOB", 10)
 # An attempt waiting in a provider's own queue (Slurm) this long is given up and the job
