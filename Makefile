@@ -8,7 +8,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # `make run` is for a laptop: debug on, SQLite under var/ unless DATABASE_URL is set, its own
 # Redis (a Unix socket and a password under var/) unless REDIS_URL is set, and a development
 # host: the host runtime may run jobs as your user (LOCAL_HOST_RUNTIME_DEV_ONLY).
-RUN_ENV := DEBUG=$${DEBUG:-1} LOCAL_HOST_RUNTIME_DEV_ONLY=$${LOCAL_HOST_RUNTIME_DEV_ONLY:-1}
+RUN_ENV := DEBUG=$${DEBUG:-1} LOCAL_HOST_RUNTIME_DEV_ONLY=$${LOCAL_HOST_RUNTIME_DEV_ONLY:-1} \
+  SSH_GATEWAY_PORT=$${SSH_GATEWAY_PORT-2222}
 # `make test` runs against PostgreSQL and Redis on this machine unless told otherwise.
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/trainyard
 
@@ -50,7 +51,8 @@ serve:
 	$(RUN_ENV) $(PY) manage.py collectstatic --noinput --verbosity 0
 	$(RUN_ENV) $(PY) manage.py ensure_redis
 	-$(RUN_ENV) $(PY) manage.py build_images --if-missing
-	@echo "Trainyard: http://$${WEB_HOST:-127.0.0.1}:$${WEB_PORT:-8000}/  (Ctrl-C stops web, worker and beat)"
+	@echo "Trainyard: http://$${WEB_HOST:-127.0.0.1}:$${WEB_PORT:-8000}/  (Ctrl-C stops web, worker, beat and the SSH gateway)"
+	@echo "Into a running job: ssh -p $${SSH_GATEWAY_PORT-2222} JOB_ID@127.0.0.1  (or: trainyard ssh JOB_ID)"
 	$(RUN_ENV) exec $(PY) manage.py runstack
 
 lint: install-dev

@@ -35,6 +35,7 @@ class ComputeApi:
         limits=None,
         name="it",
         image="local",
+        access=None,
     ) -> dict:
         container = {"image": image, "env": env or {}, "secret_env": secret_env or {}}
         if command is not None:
@@ -48,6 +49,8 @@ class ComputeApi:
         }
         if limits:
             body["limits"] = limits
+        if access:
+            body["access"] = access
         response = self.session.post(
             f"{self.base}/api/v1/compute/jobs",
             json=body,

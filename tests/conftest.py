@@ -174,6 +174,7 @@ def stack(request, django_db_setup, django_db_blocker, tmp_path_factory):
     )
     request.config.stash[parallel.STACK_KEY] = running
     parallel.register(request.config, port=running.port)
+    parallel.register(request.config, port=running.gateway_port)
     try:
         running.start()
         yield running

@@ -39,6 +39,9 @@ class JobEventType(models.TextChoices):
     PUBLISH_FAILED = "publish_failed", "Publishing to the hub failed"
     # serving
     SERVICE_READY = "service_ready", "Server listening"
+    # into the running job (SSH gateway, the job page's terminal)
+    SSH_SESSION_OPENED = "ssh_session_opened", "Session opened"
+    SSH_SESSION_CLOSED = "ssh_session_closed", "Session closed"
 
 
 # Where a later attempt's workload picked up: the loss chart marks each one.

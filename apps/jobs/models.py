@@ -217,6 +217,9 @@ class Attempt(models.Model):
     # Set when placement displaces this attempt for a standard job (`preempted_by`): the
     # runner is told `checkpoint_and_exit`; the capacity it frees is held for that job.
     preempt_requested_at = models.DateTimeField(null=True, blank=True)
+    # When a session into this attempt (SSH gateway, terminal) was last asked for: the
+    # runner's answers carry the shell hint for a while after it (runner.protocol).
+    shell_wanted_at = models.DateTimeField(null=True, blank=True)
     preempted_by = models.ForeignKey(
         Job, null=True, blank=True, on_delete=models.SET_NULL, related_name="displaced_attempts"
     )

@@ -88,6 +88,7 @@ class Stack:
     redis_url: str
     workdir: Path
     port: int = field(default_factory=free_port)
+    gateway_port: int = field(default_factory=free_port)  # the SSH gateway, when started
     procs: dict[str, Proc] = field(default_factory=dict)
     web_workers: int = 1  # uvicorn --workers (the Procfile's WEB_WORKERS)
     worker_concurrency: int = 2  # celery --concurrency (the Procfile's WORKER_CONCURRENCY)
@@ -107,6 +108,7 @@ class Stack:
                 "TRAINYARD_PUBLIC_URL": self.url,
                 "LOCAL_WORK_DIR": str(self.workdir / "work"),
                 "TRAINYARD_VAR_DIR": str(self.workdir / "var"),
+                "SSH_GATEWAY_PORT": str(self.gateway_port),
             }
         )
         env.update(extra)
@@ -178,6 +180,18 @@ class Stack:
         )
         beat.start(self.env())
 
+    def start_gateway(self) -> None:
+        """The SSH gateway (`manage.py ssh_gateway`), once: later calls find it running."""
+        gateway = self._proc("ssh", [sys.executable, str(ROOT / "manage.py"), "ssh_gateway"])
+        if gateway.popen is not None and gateway.popen.poll() is None:
+            return
+        gateway.start(self.env())
+        wait_until(
+            lambda: _listening(self.gateway_port),
+            timeout=30,
+            what=f"SSH gateway\n{gateway.tail()}",
+        )
+
     def start(self) -> None:
         redis.Redis.from_url(self.redis_url).flushdb()
         self.start_web()
@@ -244,6 +258,12 @@ class Stack:
 
     def logs(self, lines: int = 40) -> str:
         return "\n\n".join(f"== {p.name}\n{p.tail(lines)}" for p in self.procs.values())
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def web_answers(url: str) -> bool:

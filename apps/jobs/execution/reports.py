@@ -53,6 +53,20 @@ def order_for(job: Job, attempt: Attempt) -> str:
     return protocol.ORDER_CONTINUE
 
 
+# The runner's answers carry the shell hint this long after a session was last asked for:
+# the runner keeps taking sessions meanwhile (runner.protocol, "shell sessions").
+SHELL_HINT_S = 120.0
+
+
+def shell_hint(attempt: Attempt) -> dict:
+    """`{"shell": True}` for a runner answer while sessions into its attempt are wanted,
+    else {}. From the attempt as loaded: no query."""
+    wanted = attempt.shell_wanted_at
+    if wanted is None or timezone.now() - wanted > timedelta(seconds=SHELL_HINT_S):
+        return {}
+    return {protocol.SHELL_ANSWER_KEY: True}
+
+
 def runner_started(attempt_id: int, resumed_from_step: int | None = None) -> str:
     """The runner started the workload (`resumed_from_step`: the checkpoint step it
     resumes from, None when it starts from the beginning)."""

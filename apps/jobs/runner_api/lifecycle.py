@@ -134,14 +134,16 @@ def started(request: HttpRequest, attempt: Attempt) -> JsonResponse:
             f"resumed_from_step must be a whole number from 0 to {MAX_INTEGER}.",
             param="resumed_from_step",
         )
-    return JsonResponse({"order": reports.runner_started(attempt.pk, step)})
+    order = reports.runner_started(attempt.pk, step)
+    return JsonResponse({"order": order, **reports.shell_hint(attempt)})
 
 
 @require_POST
 @runner_endpoint
 def heartbeat(request: HttpRequest, attempt: Attempt) -> JsonResponse:
     # The attempt and its job are loaded already (authentication): the beat is one UPDATE.
-    return JsonResponse({"order": reports.runner_heartbeat(attempt)})
+    order = reports.runner_heartbeat(attempt)
+    return JsonResponse({"order": order, **reports.shell_hint(attempt)})
 
 
 @require_POST

@@ -33,5 +33,6 @@ def logs(request: HttpRequest, attempt: Attempt) -> JsonResponse:
             "accepted": result.accepted,
             "duplicates": result.duplicates,
             "order": reports.order_for(attempt.job, attempt),
+            **reports.shell_hint(attempt),
         }
     )

@@ -163,6 +163,7 @@ def _store_batches(batches: dict[int, ingestion.Batch], results: list) -> None:
                 "accepted": outcome.accepted,
                 "duplicates": outcome.duplicates,
                 "order": reports.order_for(attempt.job, attempt),
+                **reports.shell_hint(attempt),
             },
         )
     reports.runners_heard(heard)
@@ -172,6 +173,7 @@ def _record_beats(beats: dict[int, Attempt], results: list) -> None:
     live = reports.runner_heartbeats(list(beats.values()))
     for index, attempt in beats.items():
         if attempt.pk in live:
-            results[index] = _answer(200, {"order": reports.order_for(attempt.job, attempt)})
+            order = reports.order_for(attempt.job, attempt)
+            results[index] = _answer(200, {"order": order, **reports.shell_hint(attempt)})
         else:
             results[index] = _failed(AttemptSuperseded(attempt.pk))

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from apps.jobs.runner_api import artifacts, lifecycle, logs, relay, workdirs
+from apps.jobs.runner_api import artifacts, lifecycle, logs, relay, shell, workdirs
 
 urlpatterns = [
     path("relay", relay.relay, name="runner-relay"),
@@ -22,4 +22,7 @@ urlpatterns = [
         workdirs.download,
         name="runner-workdir-download",
     ),
+    path("jobs/<str:job_id>/ssh/accept", shell.accept, name="runner-shell-accept"),
+    path("jobs/<str:job_id>/ssh/<str:sid>/down", shell.down, name="runner-shell-down"),
+    path("jobs/<str:job_id>/ssh/<str:sid>/up", shell.up, name="runner-shell-up"),
 ]

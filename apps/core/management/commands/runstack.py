@@ -28,6 +28,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 PR_SET_PDEATHSIG = 1
+GATEWAY = "ssh"  # the Procfile's SSH gateway, started only where SSH_GATEWAY_PORT is set
 STOP_GRACE_S = 10.0
 
 
@@ -64,6 +65,16 @@ def _check_web_port() -> None:
         )
 
 
+def _check_gateway_port() -> None:
+    host, port = settings.SSH_GATEWAY_BIND, settings.SSH_GATEWAY_PORT
+    if port_taken(host, port):
+        raise CommandError(
+            f"Port {port} on {host} is already in use: the SSH gateway into jobs cannot "
+            "listen there. Stop what holds it, or choose another port with SSH_GATEWAY_PORT= "
+            "(0 turns the gateway off)."
+        )
+
+
 def _die_with_parent() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -84,14 +95,21 @@ class Command(BaseCommand):
     def handle(self, *args, names: list[str], procfile: str, check_port: bool, **options) -> None:
         if check_port:
             _check_web_port()
+            if settings.SSH_GATEWAY_PORT:
+                _check_gateway_port()
             return
         processes = parse_procfile(Path(procfile).read_text())
         unknown = sorted(set(names) - set(processes))
         if unknown:
             raise CommandError(f"No such process in {procfile}: {', '.join(unknown)}")
         chosen = {name: processes[name] for name in names or processes}
+        if GATEWAY in chosen and not settings.SSH_GATEWAY_PORT and GATEWAY not in names:
+            del chosen[GATEWAY]  # off unless configured: nothing would listen
+            self.stdout.write("No SSH gateway into jobs (SSH_GATEWAY_PORT is not set).")
         if "web" in chosen:
             _check_web_port()
+        if GATEWAY in chosen:
+            _check_gateway_port()
         sys.exit(self._run(chosen))
 
     def _run(self, chosen: dict[str, str]) -> int:
