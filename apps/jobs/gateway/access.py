@@ -8,9 +8,11 @@ does not exist included, is the same refusal: the gateway tells nobody which job
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import wraps
 
-from django.db import transaction
+from django.db import close_old_connections, transaction
 
 from apps.accounts import ssh_keys
 from apps.jobs import services
@@ -20,6 +22,18 @@ from apps.jobs.shell.hostkey import fingerprint_of
 from apps.jobs.states import JobState
 
 JOB_KEY = "the job's access key"
+
+
+def _fresh_connection(function: Callable) -> Callable:
+    """The gateway lives for days: before each use, drop a database connection that broke or
+    aged out (what Django does between requests)."""
+
+    @wraps(function)
+    def wrapped(*args, **kwargs):
+        close_old_connections()
+        return function(*args, **kwargs)
+
+    return wrapped
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,7 @@ def _blob(public_line: str) -> bytes | None:
         return None
 
 
+@_fresh_connection
 def authorize(username: str, public_line: str) -> Grant | None:
     """The grant for `public_line` on the job named `username`, or None."""
     if len(username) > 32:
@@ -71,6 +86,7 @@ def authorize(username: str, public_line: str) -> Grant | None:
     return Grant(job.pk, job.public_id, key.user.email or key.user.get_username(), fingerprint)
 
 
+@_fresh_connection
 def target(grant: Grant) -> Target:
     """The job's live attempt, or why a session cannot be opened now."""
     job = Job.objects.only("state", "reason", "attempt_count").get(pk=grant.job_pk)
@@ -87,6 +103,7 @@ def target(grant: Grant) -> Target:
     return Target(attempt.pk, attempt.token_nonce, "")
 
 
+@_fresh_connection
 def attempt_live(attempt_id: int) -> str:
     """ "" while the attempt runs; else what ended it, in words for the person connected."""
     attempt = Attempt.objects.select_related("job").only(
@@ -106,6 +123,7 @@ def attempt_live(attempt_id: int) -> str:
     return f"job {job.public_id}'s attempt ended: {job.state}{why}"
 
 
+@_fresh_connection
 def record_opened(grant: Grant, *, sid: str, kind: str, via: str) -> None:
     with transaction.atomic():
         job = Job.objects.get(pk=grant.job_pk)
@@ -123,6 +141,7 @@ def record_opened(grant: Grant, *, sid: str, kind: str, via: str) -> None:
         )
 
 
+@_fresh_connection
 def record_closed(
     grant: Grant, *, sid: str, kind: str, duration_s: float, bytes_in: int, bytes_out: int, why: str
 ) -> None:
