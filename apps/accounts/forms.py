@@ -52,10 +52,16 @@ class SshKeyAddForm(forms.Form):
         "<code>.pub</code> file).",
     )
     name = forms.CharField(
+        label="Key name",
         max_length=100,
         required=False,
         help_text="Optional; the key's comment (e.g. you@laptop) when left empty.",
     )
+
+    def __init__(self, *args, **kwargs) -> None:
+        # The API key form on the same page has a `name` too: ids of our own.
+        kwargs.setdefault("auto_id", "id_ssh_%s")
+        super().__init__(*args, **kwargs)
 
     def clean_public_key(self) -> str:
         value = self.cleaned_data["public_key"]

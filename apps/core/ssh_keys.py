@@ -139,8 +139,8 @@ def parse_public_key(text: str) -> PublicKey:
     if key_type not in SSH_KEY_TYPES:
         accepted = ", ".join(sorted(SSH_KEY_TYPES))
         raise InvalidPublicKey(
-            f"Not an OpenSSH public key of an accepted type (expected e.g. {EXAMPLE!r}; "
-            f"accepted: {accepted})."
+            f"The key type {key_type[:40]!r} is not accepted (accepted: {accepted}); paste "
+            "one line as in ~/.ssh/id_ed25519.pub."
         )
     if len(parts) < 2:
         raise InvalidPublicKey("The key's base64 part is missing.")

@@ -187,7 +187,11 @@ class AccessIn(StrictSerializer):
         try:
             parse_public_key(value)
         except InvalidPublicKey as exc:
-            raise serializers.ValidationError(str(exc)) from exc
+            reason = str(exc)
+            raise serializers.ValidationError(
+                "Not an OpenSSH public key (expected e.g. 'ssh-ed25519 AAAA... you@host'): "
+                f"{reason[0].lower()}{reason[1:]}"
+            ) from exc
         return value
 
 
