@@ -193,6 +193,9 @@ class Session:
         self._stdin: queue.Queue = queue.Queue()
         self._stdin_pending = 0
         self._stdin_cond = threading.Condition()
+        self._life_lock = threading.Lock()  # opening against closing
+        self._fd_lock = threading.Lock()  # the terminal's master fd against its closing
+        self._master_in: int | None = None  # a dup of the master fd for the writer
         self._reap_lock = threading.Lock()
         self._reaped = False
         self._killer: threading.Thread | None = None
@@ -202,8 +205,13 @@ class Session:
     # -- life ---------------------------------------------------------------------------
 
     def start(self, refusal: str | None = None) -> Session:
-        """Open the session (or, with `refusal`, tell the client why it is not opened)."""
+        """Open the session in a thread of its own (a connection may take a while) and
+        carry it; with `refusal`, only tell the client why it is not opened."""
         self._thread(self._up_loop, "up")
+        self._thread(lambda: self._begin(refusal), "open")
+        return self
+
+    def _begin(self, refusal: str | None) -> None:
         try:
             if refusal is not None:
                 raise _OpenError(refusal)
@@ -211,26 +219,29 @@ class Session:
         except _OpenError as exc:
             self.outbox.seal((FRAME_OPENED, _json({"error": str(exc)})), (FRAME_CLOSED, b""))
             self._close_wake()
-            return self
+            return
         self.outbox.put(FRAME_OPENED, _json({"ok": True}))
+        if self._master is not None:
+            self._master_in = os.dup(self._master)  # the writer's own, closed by it
         self._thread(self._down_loop, "down")
         self._thread(self._pump, "pump")
         self._thread(self._writer, "stdin")
         if self._proc is not None:
             self._thread(self._waiter, "wait")
-        return self
 
     def close(self, reason: str) -> None:
         """End the session: kill what runs (SIGHUP, SIGKILL after CLOSE_GRACE_S) or shut the
         connection. Returns at once; `join_closed` waits for the kill."""
-        if self._closing.is_set():
-            return
-        self._closing.set()
+        with self._life_lock:
+            if self._closing.is_set():
+                return
+            self._closing.set()
+            sock, proc = self._sock, self._proc
         log(f"shell session {self.sid}: closing ({reason})")
-        if self._sock is not None:
+        if sock is not None:
             with contextlib.suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RDWR)
-        if self._proc is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+        if proc is not None:
             self._killer = self._thread(self._kill, "kill")
         self._stdin.put(_STOP)
 
@@ -286,7 +297,11 @@ class Session:
         except OSError as exc:
             raise _OpenError(f"cannot connect to {host}:{port}: {_why(exc)}") from None
         sock.settimeout(None)
-        self._sock = sock
+        with self._life_lock:
+            if self._closing.is_set():
+                sock.close()
+                raise _OpenError("closed while opening")
+            self._sock = sock
 
     def _open_process(self) -> None:
         command, subsystem = self.request.get("command"), self.request.get("subsystem")
@@ -314,16 +329,19 @@ class Session:
             if shell is None:
                 raise _OpenError("no shell found ($SHELL, /bin/bash, /bin/sh)")
             executable, argv = shell_spawn.shell_argv(shell, command)
-        try:
-            if pty:
-                cols, rows = _size(pty)
-                self._proc, self._master = shell_spawn.spawn_pty(
-                    executable, argv, env, self.where.cwd, cols, rows
-                )
-            else:
-                self._proc = shell_spawn.spawn_piped(executable, argv, env, self.where.cwd)
-        except (OSError, ValueError, TypeError) as exc:
-            raise _OpenError(f"cannot start {argv[0]}: {_why(exc)}") from None
+        with self._life_lock:
+            if self._closing.is_set():
+                raise _OpenError("closed while opening")
+            try:
+                if pty:
+                    cols, rows = _size(pty)
+                    self._proc, self._master = shell_spawn.spawn_pty(
+                        executable, argv, env, self.where.cwd, cols, rows
+                    )
+                else:
+                    self._proc = shell_spawn.spawn_piped(executable, argv, env, self.where.cwd)
+            except (OSError, ValueError, TypeError) as exc:
+                raise _OpenError(f"cannot start {argv[0]}: {_why(exc)}") from None
 
     # -- up -----------------------------------------------------------------------------
 
@@ -401,8 +419,8 @@ class Session:
             self._stdin.put(_EOF)
         elif kind == FRAME_WINDOW:
             cols, rows = _size(_load(payload))
-            if self._master is not None:
-                with contextlib.suppress(OSError):
+            with self._fd_lock, contextlib.suppress(OSError):
+                if self._master is not None:
                     shell_spawn.set_window(self._master, cols, rows)
                     os.killpg(os.tcgetpgrp(self._master), signal.SIGWINCH)
         elif kind == FRAME_SIGNAL:
@@ -429,6 +447,7 @@ class Session:
             if item is _EOF or item is _STOP:
                 self._end_input()
                 if item is _STOP:
+                    self._release_input()
                     return
                 broken = True
                 continue
@@ -446,7 +465,7 @@ class Session:
         if self._sock is not None:
             self._sock.sendall(data)
             return
-        fd = self._master if self._master is not None else self._stdin_fd()
+        fd = self._master_in if self._master_in is not None else self._stdin_fd()
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -462,6 +481,16 @@ class Session:
             elif self._proc is not None and self._proc.stdin is not None:
                 self._proc.stdin.close()
             # A terminal has no end of input of its own: the client's ^D is a byte.
+
+    def _release_input(self) -> None:
+        """The writer is the last to use the connection and its copy of the terminal."""
+        with contextlib.suppress(OSError):
+            if self._sock is not None:
+                self._pump_done.wait()  # shut down already: the pump sees its end soon
+                self._sock.close()
+            if self._master_in is not None:
+                os.close(self._master_in)
+                self._master_in = None
 
     # -- output -------------------------------------------------------------------------
 
@@ -494,9 +523,10 @@ class Session:
         finally:
             self._pump_done.set()
             if self._sock is not None:  # a connection ends when its far side does
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)
                 self.outbox.seal((FRAME_CLOSED, b""))
                 self._stdin.put(_STOP)
-                self._sock.close()
                 self._close_wake()
 
     def _read(self, fd: int) -> bytes:
@@ -520,9 +550,10 @@ class Session:
         for handle in (proc.stdout, proc.stderr):
             if handle is not None:
                 handle.close()
-        if self._master is not None:
-            os.close(self._master)
-            self._master = None
+        with self._fd_lock:
+            if self._master is not None:
+                os.close(self._master)
+                self._master = None
         self._close_wake()
 
     # -- signals ------------------------------------------------------------------------
