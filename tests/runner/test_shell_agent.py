@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from runner import procfs
+from runner.client import ControlClient, FatalError, SessionGoneError
 from runner.control_socket import SOCKET_ORIGIN
 from runner.protocol import (
     FRAME_CLOSED,
@@ -24,8 +25,9 @@ from runner.protocol import (
     FRAME_STDOUT,
     decode_frames,
 )
+from runner.shell import HttpShellTransport
 from tests.live import ROOT, wait_until
-from tests.runner.peer import ControlPlane
+from tests.runner.peer import ControlPlane, HttpServer
 from tests.runner.test_agent import JOB, TOKEN, launch, script, spec
 
 __all__ = ["launch"]  # the fixture, used by name
@@ -153,3 +155,41 @@ def test_sessions_go_through_the_control_socket(shell_plane, launch, tmp_path):
     finally:
         server.kill()
         server.wait(10)
+
+
+def test_the_clients_shell_calls_move_raw_frames_and_tell_a_gone_session():
+    seen: list[tuple[str, str, str | None, Any]] = []
+
+    def handler(method: str, path: str, headers: dict, body: Any) -> tuple[int, Any]:
+        seen.append((method, path, headers.get("Content-Type"), body))
+        if path.endswith("/ssh/accept?wait=20"):
+            return 200, {"sessions": [{"sid": "ss_1", "kind": "tcp"}]}
+        if "/ssh/ss_1/" in path:
+            return (200, b"e\x00\x00\x00\x00") if method == "GET" else (200, {"backlog": 3})
+        if "/ssh/ss_gone/" in path:
+            return 404, {"error": {"type": "session_not_found"}}
+        return 404, {"error": {"type": "not_found"}}
+
+    server = HttpServer(handler).start()
+    try:
+        client = ControlClient(server.url, JOB, TOKEN)
+        transport = HttpShellTransport(client)
+        assert transport.accept(20) == [{"sid": "ss_1", "kind": "tcp"}]
+        assert transport.down("ss_1", 0.5) == b"e\x00\x00\x00\x00"
+        assert transport.up("ss_1", b"o\x00\x00\x00\x02hi") == 3
+        with pytest.raises(SessionGoneError):
+            transport.down("ss_gone", 0.5)
+        with pytest.raises(SessionGoneError):
+            transport.up("ss_gone", b"")
+        with pytest.raises(FatalError) as refused:
+            transport.down("ss_other", 0.5)
+        assert not isinstance(refused.value, SessionGoneError)
+    finally:
+        server.stop()
+    prefix = f"/api/v1/runner/jobs/{JOB}/ssh/"
+    assert [(method, path) for method, path, _, _ in seen[:3]] == [
+        ("GET", prefix + "accept?wait=20"),
+        ("GET", prefix + "ss_1/down?wait=0.5"),
+        ("POST", prefix + "ss_1/up"),
+    ]
+    assert seen[2][2:] == ("application/octet-stream", b"o\x00\x00\x00\x02hi")
