@@ -3,6 +3,7 @@ server as a local subprocess (no ssh involved), and `scp -S` runs it in place of
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -111,3 +112,32 @@ def test_scp_over_sftp_copies_both_ways(tmp_path):
         )
         assert done.returncode == 0, done.stderr
     assert (tmp_path / "down.bin").read_bytes() == data
+
+
+def test_a_runner_run_from_its_bundle_starts_the_bundles_sftp_server(tmp_path):
+    from apps.providers.backends.bundle import bundle_name, runner_bundle
+
+    bundle = tmp_path / bundle_name()
+    bundle.write_bytes(runner_bundle())
+    ask = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); from runner import shell_spawn; "
+        "shell_spawn.SYSTEM_SFTP_SERVERS = (); print(json.dumps(shell_spawn.sftp_argv({})[1]))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-I", "-c", ask, str(bundle)], capture_output=True, text=True, timeout=30
+    )
+    argv = json.loads(found.stdout)
+    assert argv == [sys.executable, str(bundle), "sftp_server"]
+    (tmp_path / "data.bin").write_bytes(b"\x00\x01" * 1000)
+    batch = tmp_path / "batch.txt"
+    batch.write_text("put data.bin copy.bin\nls\n")
+    done = subprocess.run(
+        ["sftp", "-b", str(batch), "-D", " ".join(argv)],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "copy.bin").read_bytes() == b"\x00\x01" * 1000
