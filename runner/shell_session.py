@@ -216,7 +216,10 @@ class Session:
             if refusal is not None:
                 raise _OpenError(refusal)
             self._open()
-        except _OpenError as exc:
+        except Exception as exc:
+            if not isinstance(exc, _OpenError):  # a bug: the client still hears of it
+                log(f"shell session {self.sid}: opening failed: {exc!r}")
+                exc = _OpenError("the runner could not open the session")
             self.outbox.seal((FRAME_OPENED, _json({"error": str(exc)})), (FRAME_CLOSED, b""))
             self._close_wake()
             return

@@ -28,8 +28,11 @@ SYSTEM_SFTP_SERVERS = (
 )
 # argv: [python, -I, -S, -c, TRAMPOLINE, path, argv0, args...]
 TRAMPOLINE = (
-    "import fcntl,os,sys,termios\n"
+    "import fcntl,os,signal,sys,termios\n"
     "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
+    # Python ignores SIGPIPE, and an ignored signal stays ignored across exec.
+    "signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
+    "signal.signal(signal.SIGXFSZ, signal.SIG_DFL)\n"
     "try:\n"
     "    os.execve(sys.argv[1], sys.argv[2:], os.environ)\n"
     "except OSError as exc:\n"

@@ -171,6 +171,14 @@ def test_a_terminal_session_has_the_size_asked_for_and_follows_resizes(where):
     assert pipe.json_of(FRAME_EXIT) == {"status": 0}
 
 
+def test_a_terminal_sessions_process_has_sigpipe_as_usual(where):
+    # Python ignores SIGPIPE; the shell it starts must not inherit that.
+    command = "yes | head -1 >/dev/null; echo status=${PIPESTATUS[0]}"
+    pipe, _ = run(where, command=command, pty={"term": "dumb", "cols": 80, "rows": 24})
+    pipe.wait_closed()
+    assert b"status=141" in pipe.output()
+
+
 def test_a_login_shell_on_a_terminal_runs_what_is_typed(where):
     pipe, _ = run(where, pty={"term": "dumb", "cols": 80, "rows": 24})
     pipe.send((FRAME_STDIN, b"echo $((6 * 7)); tty; exit 5\r"))
