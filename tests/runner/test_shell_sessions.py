@@ -46,6 +46,7 @@ class Pipe:
         self.down_queue: queue.Queue[bytes] = queue.Queue()
         self.frames: list[tuple[bytes, bytes]] = []
         self.posts = 0
+        self.backlog = 0  # what `up` answers
         self.gone = False
         self.cond = threading.Condition()
 
@@ -66,7 +67,7 @@ class Pipe:
             self.frames.extend(decode_frames(frames))
             self.posts += 1
             self.cond.notify_all()
-        return 0
+        return self.backlog
 
     # -- the client's side ----------------------------------------------------------------
 
@@ -156,6 +157,20 @@ def test_a_large_output_comes_whole_in_frames_of_at_most_64_kib(where):
     assert pipe.output() == b"x" * 3_000_000
     sizes = [len(payload) for kind, payload in pipe.frames if kind == FRAME_STDOUT]
     assert max(sizes) <= 64 * 1024
+
+
+def test_a_client_with_a_backlog_slows_the_session_down_and_loses_nothing(where):
+    pipe, _ = run(where, command="head -c 4000000 /dev/zero | tr '\\0' y")
+    pipe.backlog = 1000
+    pipe.wait_for(lambda: pipe.posts >= 2)
+    time.sleep(0.5)  # what is measured: how often it posts meanwhile
+    with pipe.cond:
+        posts, sent = pipe.posts, len(pipe.output())
+        pipe.backlog = 0
+    assert posts <= 8  # backing off from 50 ms, not posting as fast as it can
+    assert sent < 4_000_000
+    pipe.wait_closed()
+    assert pipe.output() == b"y" * 4_000_000
 
 
 def test_a_terminal_session_has_the_size_asked_for_and_follows_resizes(where):
