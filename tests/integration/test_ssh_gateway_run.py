@@ -86,7 +86,7 @@ def test_exec_runs_in_the_jobs_container_as_its_user_with_its_environment(
 ):
     key, public = client_key
     job = _running_job(api, podman, public)
-    shown = api.get(f"/api/v1/compute/jobs/{job['id']}").json()["ssh"]
+    shown = api.job(job["id"])["ssh"]
     assert shown["port"] == live_stack.gateway_port and shown["user"] == job["id"]
     inside = subprocess.run(
         [
