@@ -100,7 +100,7 @@ def test_exec_runs_in_the_jobs_container_as_its_user_with_its_environment(
         text=True,
         timeout=60,
     )
-    assert inside.returncode == 7, inside.stderr
+    assert inside.returncode == 7, inside.stderr + _runner_log(job["id"])
     expected_user = subprocess.run(
         ["podman", "exec", _container_of(job["id"]), "id", "-un"],
         capture_output=True,
@@ -263,7 +263,7 @@ def test_only_the_jobs_key_and_its_members_keys_get_in_and_a_session_ends_with_t
     stranger_key, _ = _keypair(tmp_path / "stranger")
 
     member = _runs(live_stack, member_key, job["id"])
-    assert (member.returncode, member.stdout) == (0, "in\n"), member.stderr
+    assert (member.returncode, member.stdout) == (0, "in\n"), member.stderr + _runner_log(job["id"])
     for refused_key in (viewer_key, outsider_key, stranger_key):
         refused = _runs(live_stack, refused_key, job["id"])
         assert refused.returncode == 255 and "Permission denied" in refused.stderr
@@ -330,6 +330,21 @@ def test_exec_reaches_a_job_on_the_slurm_provider(
     slurm_provider, slurm_cluster, api, live_stack, client_key
 ):
     _exec_matches_the_workload(api, live_stack, client_key)
+
+
+def _runner_log(job_id: str) -> str:
+    """What the runner of the job's container said (its stderr), to explain a failure."""
+    names = _containers(job_id)
+    if not names:
+        return "\n(no container left to ask)"
+    logs = subprocess.run(["podman", "logs", names[0]], capture_output=True, text=True)
+    return f"\nthe runner said:\n{logs.stdout[-3000:]}{logs.stderr[-3000:]}"
+
+
+def _containers(job_id: str) -> list[str]:
+    from tests.containers import containers_of_job
+
+    return containers_of_job(job_id)
 
 
 def _container_of(job_id: str) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
 
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 
 from apps.accounts import ssh_keys
 from apps.jobs import services
@@ -30,7 +30,8 @@ def _fresh_connection(function: Callable) -> Callable:
 
     @wraps(function)
     def wrapped(*args, **kwargs):
-        close_old_connections()
+        if not connection.in_atomic_block:  # a caller's transaction keeps its connection
+            close_old_connections()
         return function(*args, **kwargs)
 
     return wrapped
