@@ -8,14 +8,14 @@ import yaml
 from config.env import names_read
 
 ROOT = Path(__file__).resolve().parents[2]
-APP_SERVICES = {"web", "worker", "beat"}
+APP_SERVICES = {"web", "worker", "beat", "ssh"}
 
 
 def _compose() -> dict:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
-def test_it_names_the_five_services_each_with_a_healthcheck():
+def test_it_names_its_services_each_with_a_healthcheck():
     services = _compose()["services"]
     assert set(services) == {"postgres", "redis", *APP_SERVICES}
     for name, service in services.items():
@@ -66,6 +66,11 @@ def test_it_refuses_to_start_without_real_keys():
 def test_the_web_port_is_published_on_loopback_unless_told_otherwise():
     ports = _compose()["services"]["web"]["ports"]
     assert ports == ["${TRAINYARD_BIND:-127.0.0.1}:8000:8000"]
+    gateway = _compose()["services"]["ssh"]
+    assert gateway["ports"] == [
+        "${TRAINYARD_BIND:-127.0.0.1}:${SSH_GATEWAY_PUBLISHED_PORT:-2222}:2222"
+    ]
+    assert gateway["command"] == ["python", "manage.py", "ssh_gateway"]
 
 
 def _no_default(value: str, name: str) -> None:

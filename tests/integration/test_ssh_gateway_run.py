@@ -34,10 +34,10 @@ def podman(live_stack, podman_image) -> str:
     Provider.objects.filter(name="local").update(config={})
 
 
-@pytest.fixture(scope="module")
-def client_key(tmp_path_factory) -> tuple[Path, str]:
+@pytest.fixture
+def client_key(tmp_path) -> tuple[Path, str]:
     """An Ed25519 key pair made by ssh-keygen: (private key path, public line)."""
-    path = tmp_path_factory.mktemp("ssh-client") / "id_ed25519"
+    path = tmp_path / "id_ed25519"
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "tester", "-f", str(path)],
         check=True,
@@ -264,6 +264,46 @@ def test_a_key_not_on_the_job_is_refused_and_a_session_ends_with_the_job(
     closed = JobEvent.objects.filter(job__public_id=job["id"], type="ssh_session_closed")
     wait_for(closed.exists, timeout=15, what="the session's close on the timeline")
     assert "terminated" in closed.first().data["reason"]
+
+
+# Prints who it runs as, then waits to be entered.
+WHO_THEN_WAIT = 'echo "runs as $(id -un)"; sleep 600'
+
+
+def _exec_matches_the_workload(api, stack, client_key, image: str = "local") -> None:
+    key, public = client_key
+    stack.start_gateway()
+    job = api.submit(
+        image=image,
+        command=["bash", "-c", WHO_THEN_WAIT],
+        env={"GREETING": "hello"},
+        access={"ssh_public_key": public},
+    )
+    api.wait_state(job["id"], {"running"}, timeout=90)
+    first = wait_for(
+        lambda: next(iter(api.logs(job["id"], source="user")), None),
+        timeout=60,
+        what="the workload's first line",
+    )
+    inside = subprocess.run(
+        [*ssh_argv(stack, key, job["id"]), 'echo "runs as $(id -un)"; printenv GREETING'],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout.splitlines() == [first["message"], "hello"]
+    api.terminate(job["id"])
+
+
+def test_exec_reaches_a_job_on_the_ssh_provider(ssh_provider, api, live_stack, client_key):
+    _exec_matches_the_workload(api, live_stack, client_key)
+
+
+def test_exec_reaches_a_job_on_the_slurm_provider(
+    slurm_provider, slurm_cluster, api, live_stack, client_key
+):
+    _exec_matches_the_workload(api, live_stack, client_key)
 
 
 def _container_of(job_id: str) -> str:

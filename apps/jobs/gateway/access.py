@@ -5,25 +5,36 @@ The SSH user is the job's id. A key authenticates when it is the job's own
 registered for that organization. Anything else, another organization's job or a job that
 does not exist included, is the same refusal: the gateway tells nobody which jobs exist.
 The grant, the job's live attempt and the record of sessions are shared with the job page's
-terminal (apps.jobs.shell.access)."""
+terminal (apps.jobs.shell.access); here each use of the database starts from a live
+connection."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
+from functools import wraps
+
+from django.db import close_old_connections
 
 from apps.accounts import ssh_keys
 from apps.jobs.models import Job
-from apps.jobs.shell.access import (  # noqa: F401  (the gateway's names for them)
-    Grant,
-    Target,
-    attempt_live,
-    record_closed,
-    record_opened,
-    target,
-)
+from apps.jobs.shell import access as shared
+from apps.jobs.shell.access import Grant, Target  # noqa: F401  (the gateway's names for them)
 from apps.jobs.shell.hostkey import fingerprint_of
 
 JOB_KEY = "the job's access key"
+
+
+def _fresh_connection(function: Callable) -> Callable:
+    """The gateway lives for days: before each use, drop a database connection that broke or
+    aged out (what Django does between requests)."""
+
+    @wraps(function)
+    def wrapped(*args, **kwargs):
+        close_old_connections()
+        return function(*args, **kwargs)
+
+    return wrapped
 
 
 def _blob(public_line: str) -> bytes | None:
@@ -36,6 +47,7 @@ def _blob(public_line: str) -> bytes | None:
         return None
 
 
+@_fresh_connection
 def authorize(username: str, public_line: str) -> Grant | None:
     """The grant for `public_line` on the job named `username`, or None."""
     if len(username) > 32:
@@ -54,3 +66,9 @@ def authorize(username: str, public_line: str) -> Grant | None:
         return None
     ssh_keys.touch(key)
     return Grant(job.pk, job.public_id, key.user.email or key.user.get_username(), fingerprint)
+
+
+target = _fresh_connection(shared.target)
+attempt_live = _fresh_connection(shared.attempt_live)
+record_opened = _fresh_connection(shared.record_opened)
+record_closed = _fresh_connection(shared.record_closed)

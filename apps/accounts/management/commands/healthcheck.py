@@ -1,7 +1,8 @@
-"""`manage.py healthcheck web|worker|beat`: exit 0 when that process is healthy.
+"""`manage.py healthcheck web|worker|beat|ssh`: exit 0 when that process is healthy.
 
 Used by docker-compose healthchecks: web answers /healthz; a worker answers a Celery ping
-addressed to it; beat's pid file names a live process.
+addressed to it; beat's pid file names a live process; the SSH gateway greets a connection
+on SSH_GATEWAY_PORT with its SSH version line.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ class Command(BaseCommand):
     help = "Check the health of one Trainyard process."
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("process", choices=["web", "worker", "beat"])
+        parser.add_argument("process", choices=["web", "worker", "beat", "ssh"])
         parser.add_argument("--url", default=f"{settings.WEB_URL}/healthz")
         parser.add_argument("--pidfile", default="/tmp/celerybeat.pid")
 
@@ -33,6 +34,12 @@ class Command(BaseCommand):
             replies = app.control.ping(destination=[f"celery@{socket.gethostname()}"], timeout=3)
             if not replies:
                 raise CommandError("the worker did not answer a ping")
+        elif process == "ssh":
+            address = ("127.0.0.1", settings.SSH_GATEWAY_PORT)
+            with socket.create_connection(address, timeout=5) as conn:
+                greeting = conn.recv(64)
+            if not greeting.startswith(b"SSH-2.0-"):
+                raise CommandError(f"port {address[1]} did not answer as an SSH server")
         else:
             try:
                 os.kill(int(Path(pidfile).read_text().strip()), 0)
