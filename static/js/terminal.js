@@ -64,11 +64,17 @@
     fitTimer = setTimeout(fitNow, 50);
   }
 
+  function showSize() {  // the size the shell was told, on the element (tests wait on it)
+    container.dataset.cols = String(term.cols);
+    container.dataset.rows = String(term.rows);
+  }
+
   function makeTerminal() {
     term = new Terminal({
       cursorBlink: true,
       fontFamily: 'ui-monospace, SFMono-Regular, Menlo, Consolas, "DejaVu Sans Mono", monospace',
       fontSize: 14,
+      lineHeight: 1.2,  // room below the baseline: underscores show
       scrollback: 5000,
       theme: { background: "#11151d", foreground: "#d8dee9", cursor: "#d8dee9" },
     });
@@ -82,6 +88,7 @@
       send(bytes);
     });
     term.onResize(function (size) {
+      showSize();
       send(JSON.stringify({ type: "resize", cols: size.cols, rows: size.rows }));
     });
     window.addEventListener("resize", fitSoon);
@@ -95,6 +102,7 @@
     openButton.setAttribute("aria-expanded", "true");
     if (!term) makeTerminal(); else term.reset();
     fitNow();
+    showSize();
     var scheme = location.protocol === "https:" ? "wss://" : "ws://";
     socket = new WebSocket(
       scheme + location.host + panel.dataset.terminalUrl +
