@@ -4,6 +4,7 @@ deployment relies on hold in every render. No cluster: rendering and validation 
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import os
@@ -20,8 +21,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from apps.jobs.shell.hostkey import load_or_create
+
 ROOT = Path(__file__).resolve().parents[2]
 KUBERNETES = ROOT / "deploy" / "kubernetes"
+DOCS = ROOT / "docs" / "deploy-kubernetes.md"
 BASE = KUBERNETES / "base"
 SECRET_EXAMPLE = KUBERNETES / "secret.example.env"
 # The oldest Kubernetes the manifests claim, and the newest whose schemas the package ships.
@@ -34,6 +38,16 @@ REQUIRED_SECRETS = {"SECRET_KEY", "SECRETS_KEYS", "DATABASE_URL", "REDIS_URL"}
 # A name with one of these in it holds a secret: it may come only from a Secret.
 SECRET_WORDS = ("SECRET", "PASSWORD", "TOKEN", "KEY", "CREDENTIAL", "DATABASE_URL", "REDIS_URL")
 POD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"}
+# The SSH gateway's host key: a Secret the operator makes once, mounted as a file (never in
+# the environment). SSH_GATEWAY_HOST_KEY names that file: a path, though "KEY" is in its name.
+SSH_HOST_KEY_SECRET = "trainyard-ssh-host-key"
+SSH_HOST_KEY_ITEM = "host_ed25519"
+SECRET_FILE_SETTINGS = {"SSH_GATEWAY_HOST_KEY"}
+# What web and the gateway must read alike: the port and host web shows in the ssh command
+# are where the gateway is, and the fingerprint web shows is the key the gateway serves.
+SSH_SHARED_SETTINGS = ("SSH_GATEWAY_PORT", "SSH_GATEWAY_HOST", "SSH_GATEWAY_HOST_KEY")
+# The renders that publish the gateway through components/ssh-loadbalancer.
+SSH_LOADBALANCED = {"overlays/ssh-loadbalancer-example", "operator-overlay"}
 # The directories the pods may write to; the root filesystem is read-only.
 WRITABLE = {"/tmp", "/app/var"}
 # What an operator who runs their own PostgreSQL and Redis behind ingress-nginx writes: the
@@ -47,6 +61,7 @@ resources:
   - {overlays}/external-services
 components:
   - {components}/ingress-nginx
+  - {components}/ssh-loadbalancer
 images:
   - name: trainyard
     newName: registry.internal/ops/trainyard
@@ -60,6 +75,7 @@ configMapGenerator:
       - TRAINYARD_PUBLIC_URL=https://trainyard.your.org
       - S3_BUCKET=your-bucket
       - S3_REGION=eu-central-1
+      - SSH_GATEWAY_HOST=ssh.trainyard.your.org
 """
 
 Doc = dict[str, Any]
@@ -199,6 +215,41 @@ def _config(docs: tuple[Doc, ...]) -> dict[str, str]:
     return maps[0]["data"]
 
 
+def _container(docs: tuple[Doc, ...], component: str) -> Doc:
+    """The main container of a component's Deployment (the one named like the component)."""
+    pod = _pod_spec(_named(docs, "Deployment", component))
+    return next(c for c in pod["containers"] if c["name"] == component)
+
+
+def _environment(docs: tuple[Doc, ...], container: Doc) -> dict[str, str]:
+    """The variables a container gets from the ConfigMap and its own `env` values, as the
+    kubelet resolves them (later sources win; secret references are left out)."""
+    maps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
+    environment: dict[str, str] = {}
+    for source in container.get("envFrom", []):
+        if "configMapRef" in source:
+            environment.update(maps[source["configMapRef"]["name"]])
+    for env in container.get("env", []):
+        if "value" in env:
+            environment[env["name"]] = env["value"]
+        else:
+            environment.pop(env["name"], None)
+    return environment
+
+
+def _port_number(container: Doc, port: int | str) -> int:
+    """A probe's or Service's port (a number, or the name of one of the container's ports)."""
+    if isinstance(port, int):
+        return port
+    named = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    assert port in named, f"{container['name']} has no port named {port}"
+    return named[port]
+
+
+def _secret_volumes(pod: Doc) -> dict[str, Doc]:
+    return {v["name"]: v["secret"] for v in pod.get("volumes", []) if "secret" in v}
+
+
 def test_kubectl_is_installed():
     assert Path(_kubectl()).exists()
 
@@ -278,8 +329,12 @@ def test_web_is_probed_on_healthz_as_a_host_django_allows(target: str):
 def test_secrets_come_only_from_the_secret_by_reference(target: str):
     docs = _render(target)
     assert not [d for d in docs if d["kind"] == "Secret"], "a Secret is rendered: values in git"
-    leaks = [key for key in _config(docs) if _looks_secret(key)]
+    config = _config(docs)
+    leaks = [key for key in config if _looks_secret(key) and key not in SECRET_FILE_SETTINGS]
     assert leaks == [], f"secret-looking keys in the ConfigMap: {leaks}"
+    # Those may be here only as the path of a file (a Secret volume: the host key test).
+    for key in SECRET_FILE_SETTINGS & set(config):
+        assert config[key].startswith("/") and "\n" not in config[key], f"{key} is not a path"
     for name, _, pod in _pod_templates(docs):
         for container in _containers(pod):
             where = f"{name}/{container['name']}"
@@ -291,6 +346,9 @@ def test_secrets_come_only_from_the_secret_by_reference(target: str):
                 e["secretRef"]["name"] for e in container.get("envFrom", []) if "secretRef" in e
             ]
             assert secret_refs == [SECRET_NAME], f"{where} reads {secret_refs}"
+        # The only Secret mounted as files is the SSH gateway's host key.
+        for volume in _secret_volumes(pod).values():
+            assert volume["secretName"] == SSH_HOST_KEY_SECRET, name
 
 
 def test_no_kustomization_generates_a_secret():
@@ -425,19 +483,28 @@ def test_pods_run_unprivileged_on_a_read_only_root(target: str):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_disruption_budgets_cover_web_and_worker_not_beat(target: str):
+def test_disruption_budgets_cover_web_worker_and_the_gateway_not_beat(target: str):
     docs = _render(target)
     budgets = [d for d in docs if d["kind"] == "PodDisruptionBudget"]
     covered = {
         component
-        for component in ("web", "worker", "beat")
+        for component in ("web", "worker", "beat", "ssh-gateway")
         for budget in budgets
         if _selects(
             budget["spec"]["selector"],
             _named(docs, "Deployment", component)["spec"]["template"]["metadata"]["labels"],
         )
     }
-    assert covered == {"web", "worker"}
+    assert covered == {"web", "worker", "ssh-gateway"}
+    # No budget blocks a node drain: minAvailable below the replicas it covers.
+    for budget in budgets:
+        for deployment in (d for d in docs if d["kind"] == "Deployment"):
+            labels = deployment["spec"]["template"]["metadata"]["labels"]
+            if _selects(budget["spec"]["selector"], labels) and "minAvailable" in budget["spec"]:
+                assert budget["spec"]["minAvailable"] < deployment["spec"]["replicas"], (
+                    f"{budget['metadata']['name']} would block drains of "
+                    f"{deployment['metadata']['name']}"
+                )
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -476,3 +543,212 @@ def test_every_component_is_used_by_an_overlay():
         )
     }
     assert set(COMPONENTS) <= used
+
+
+def test_the_ssh_gateway_runs_the_procfiles_command():
+    procfile = dict(
+        line.split(": ", 1) for line in (ROOT / "Procfile").read_text().splitlines() if line
+    )
+    command = _container(_render("base"), "ssh-gateway")["command"]
+    # No --port or --bind: those come from the ConfigMap, which web reads too.
+    assert command == shlex.split(procfile["ssh"])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_ssh_gateway_is_one_rolling_replica(target: str):
+    gateway = _named(_render(target), "Deployment", "ssh-gateway")
+    assert gateway["spec"]["replicas"] == 1
+    # Two at once are fine (unlike beat): the new pod is ready before the old one goes.
+    assert gateway["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},
+    }
+    # Not PID 1, so that SIGTERM (which it has no handler for) ends it.
+    assert _pod_spec(gateway)["shareProcessNamespace"] is True
+    inits = [c["name"] for c in _pod_spec(gateway).get("initContainers", [])]
+    assert inits == ["wait-for-migrations"]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_ssh_host_key_is_a_secret_file_mounted_read_only_and_not_optional(target: str):
+    docs = _render(target)
+    path = _config(docs)["SSH_GATEWAY_HOST_KEY"]
+    holders = set()
+    for name, labels, pod in _pod_templates(docs):
+        volumes = {
+            volume_name
+            for volume_name, secret in _secret_volumes(pod).items()
+            if secret["secretName"] == SSH_HOST_KEY_SECRET
+        }
+        if not volumes:
+            continue
+        holders.add(labels["app.kubernetes.io/component"])
+        for volume_name in volumes:
+            secret = _secret_volumes(pod)[volume_name]
+            # A missing Secret (or key) keeps the pod from starting, saying which: never a key
+            # made by each pod, which would change on every restart.
+            assert secret["optional"] is False, name
+            assert secret["items"] == [{"key": SSH_HOST_KEY_ITEM, "path": SSH_HOST_KEY_ITEM}]
+            assert secret["defaultMode"] & 0o007 == 0, f"{name}: others may read the host key"
+        for container in _containers(pod):
+            mounts = [m for m in container.get("volumeMounts", []) if m["name"] in volumes]
+            for mount in mounts:
+                assert mount.get("readOnly") is True, f"{name}/{container['name']}"
+            if container in pod["containers"]:
+                assert [f"{m['mountPath']}/{SSH_HOST_KEY_ITEM}" for m in mounts] == [path], (
+                    f"{name}/{container['name']}: SSH_GATEWAY_HOST_KEY is not the mounted key"
+                )
+    # The gateway serves the key, web shows its fingerprint; nothing else holds it.
+    assert holders == {"ssh-gateway", "web"}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_ssh_gateway_is_probed_on_its_port(target: str):
+    docs = _render(target)
+    config = _config(docs)
+    container = _container(docs, "ssh-gateway")
+    assert [p["containerPort"] for p in container["ports"]] == [int(config["SSH_GATEWAY_PORT"])]
+    # It must take connections from the Service, and healthcheck connects to 127.0.0.1.
+    assert config["SSH_GATEWAY_BIND"] == "0.0.0.0"
+    for probe in ("startupProbe", "readinessProbe"):
+        port = container[probe]["tcpSocket"]["port"]
+        assert _port_number(container, port) == int(config["SSH_GATEWAY_PORT"]), probe
+    # Liveness: the SSH greeting on SSH_GATEWAY_PORT (a wedged server still accepts).
+    assert container["livenessProbe"]["exec"]["command"] == [
+        "python",
+        "manage.py",
+        "healthcheck",
+        "ssh",
+    ]
+    assert container["livenessProbe"]["timeoutSeconds"] >= 10
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_ssh_gateway_service_publishes_the_port_web_shows(target: str):
+    docs = _render(target)
+    config = _config(docs)
+    gateway = _named(docs, "Deployment", "ssh-gateway")
+    service = _named(docs, "Service", "ssh-gateway")
+    assert _selects(
+        {"matchLabels": service["spec"]["selector"]},
+        gateway["spec"]["template"]["metadata"]["labels"],
+    )
+    assert not [
+        d
+        for d in docs
+        if d["kind"] == "Deployment"
+        and d is not gateway
+        and _selects(
+            {"matchLabels": service["spec"]["selector"]},
+            d["spec"]["template"]["metadata"]["labels"],
+        )
+    ], "the gateway's Service selects other pods"
+    expected = "LoadBalancer" if target in SSH_LOADBALANCED else "ClusterIP"
+    assert service["spec"]["type"] == expected
+    [port] = service["spec"]["ports"]
+    # Web shows `ssh -p SSH_GATEWAY_PORT`: the published port must be that one.
+    assert port["port"] == int(config["SSH_GATEWAY_PORT"])
+    assert port["protocol"] == "TCP"
+    target_port = _port_number(_container(docs, "ssh-gateway"), port["targetPort"])
+    assert target_port == 2222
+    # SSH cannot go through an HTTP Ingress.
+    for ingress in (d for d in docs if d["kind"] == "Ingress"):
+        backends = json.dumps(ingress["spec"])
+        assert service["metadata"]["name"] not in backends
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_the_ssh_gateway_takes_2222_in_reaches_only_datastores_and_dns(target: str):
+    docs = _render(target)
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    container = _container(docs, "ssh-gateway")
+    labels = _named(docs, "Deployment", "ssh-gateway")["spec"]["template"]["metadata"]["labels"]
+    rules = [
+        rule
+        for p in policies
+        if "Ingress" in p["spec"]["policyTypes"] and _selects(p["spec"]["podSelector"], labels)
+        for rule in p["spec"].get("ingress", [])
+    ]
+    assert rules, "nothing may reach the SSH gateway"
+    for rule in rules:
+        # From anywhere (users' ssh clients; the gateway authenticates), to its port only.
+        assert not rule.get("from"), rule
+        assert rule.get("ports"), f"a rule admits every port: {rule}"
+        for port in rule["ports"]:
+            assert port.get("protocol", "TCP") == "TCP" and "endPort" not in port, rule
+            assert _port_number(container, port["port"]) == 2222, rule
+    # Its port is open on no other pod.
+    for name, other, _ in _pod_templates(docs):
+        if other == labels:
+            continue
+        for p in policies:
+            if "Ingress" in p["spec"]["policyTypes"] and _selects(p["spec"]["podSelector"], other):
+                ports = [
+                    port["port"]
+                    for r in p["spec"].get("ingress", [])
+                    for port in r.get("ports", [])
+                ]
+                assert "ssh" not in ports and 2222 not in ports, f"{name}: {p['metadata']['name']}"
+    egress = [
+        rule
+        for p in policies
+        if "Egress" in p["spec"]["policyTypes"] and _selects(p["spec"]["podSelector"], labels)
+        for rule in p["spec"].get("egress", [])
+    ]
+    # It never connects to jobs' pods or nodes: no SSH, no HTTPS, no rule without ports.
+    assert all(rule.get("ports") for rule in egress), "an egress rule allows every port"
+    allowed = {port["port"] for rule in egress for port in rule["ports"]}
+    assert allowed == {53, 5432, 6379}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_web_and_the_ssh_gateway_agree_on_its_settings(target: str):
+    docs = _render(target)
+    web = _environment(docs, _container(docs, "web"))
+    gateway = _environment(docs, _container(docs, "ssh-gateway"))
+    for setting in SSH_SHARED_SETTINGS:
+        assert setting in gateway, f"the gateway has no {setting}"
+        assert web.get(setting) == gateway[setting], setting
+    assert int(gateway["SSH_GATEWAY_PORT"]) > 0, "SSH_GATEWAY_PORT=0 turns the gateway off"
+    # Empty means the web page's host: the Ingress's address, not the gateway's.
+    assert gateway["SSH_GATEWAY_HOST"], "SSH_GATEWAY_HOST is empty"
+    assert gateway["SSH_GATEWAY_HOST"] not in _config(docs)["ALLOWED_HOSTS"].split(",")
+
+
+def _documented(prefix: str) -> list[str]:
+    """The one command line of docs/deploy-kubernetes.md that starts with `prefix`."""
+    lines = [line.strip() for line in DOCS.read_text().splitlines()]
+    found = [line for line in lines if line.startswith(prefix)]
+    assert len(found) == 1, f"expected one `{prefix}...` line in {DOCS.name}, found {found}"
+    return shlex.split(found[0].split(" #")[0])
+
+
+def test_the_documented_host_key_secret_is_one_the_gateway_loads(tmp_path: Path):
+    keygen = _documented("ssh-keygen -t ")
+    create = _documented(f"kubectl -n trainyard create secret generic {SSH_HOST_KEY_SECRET} ")
+    if shutil.which("ssh-keygen") is None:
+        pytest.fail("ssh-keygen is not on PATH (Debian: openssh-client)", pytrace=False)
+    subprocess.run(keygen, cwd=tmp_path, check=True, capture_output=True, timeout=60)
+    secret = yaml.safe_load(
+        subprocess.run(
+            [_kubectl(), *create[1:], "--dry-run=client", "-o", "yaml"],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )
+    assert secret["metadata"]["name"] == SSH_HOST_KEY_SECRET
+    assert set(secret["data"]) == {SSH_HOST_KEY_ITEM}
+    secret["metadata"].pop("creationTimestamp", None)
+    for version in SCHEMA_VERSIONS:
+        kubernetes_validate.validate(secret, version, strict=True)
+    # The file the pod sees, read by the gateway's own loader: the key ssh-keygen made.
+    mounted = tmp_path / "mounted" / SSH_HOST_KEY_ITEM
+    mounted.parent.mkdir()
+    mounted.write_bytes(base64.b64decode(secret["data"][SSH_HOST_KEY_ITEM]))
+    key = load_or_create(mounted)
+    public = (tmp_path / f"{keygen[keygen.index('-f') + 1]}.pub").read_text().split()
+    assert key.public.split()[:2] == public[:2]
+    assert key.public.startswith("ssh-ed25519 ")

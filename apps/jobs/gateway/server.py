@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 
 import asyncssh
 from asgiref.sync import sync_to_async
@@ -107,11 +108,18 @@ async def serve(bind: str, port: int) -> asyncssh.SSHAcceptor:
 
 
 def run(bind: str | None = None, port: int | None = None) -> None:
-    """Serve until interrupted (`manage.py ssh_gateway`)."""
+    """Serve until SIGTERM or SIGINT (`manage.py ssh_gateway`): then stop taking connections
+    and close the open ones (their clients see the connection end)."""
 
     async def main() -> None:
         acceptor = await serve(bind or settings.SSH_GATEWAY_BIND, port or settings.SSH_GATEWAY_PORT)
         log.info("SSH gateway listening on %s", acceptor.sockets[0].getsockname())
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stopping.set)
+        await stopping.wait()
+        acceptor.close()
         with contextlib.suppress(asyncio.CancelledError):
             await acceptor.wait_closed()
 
