@@ -1,8 +1,9 @@
 """The `trainyard` entry point: the parser, and the one place that turns errors into exit
 codes (0 ok; 2 a usage error or the API's 4xx; 3 no answer or a 5xx; `logs -f` the job's).
 
-A job's command goes after `--` (`trainyard jobs submit python:3.12 -- python train.py -v`):
-everything after the first `--` is the command, taken verbatim, never parsed as our flags.
+A job's command goes after `--` (`trainyard jobs submit python:3.12 -- python train.py -v`,
+`trainyard ssh JOB -- nvidia-smi`): everything after the first `--` is the command, taken
+verbatim, never parsed as our flags. `ssh` and `port-forward` exit with ssh's status.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from trainyard_cli.commands import (
     logs,
     metrics,
     models,
+    ssh,
     usage,
 )
 
@@ -74,6 +76,19 @@ def _job_body_flags(p: argparse.ArgumentParser, *, workdir: bool) -> None:
     p.add_argument("--project", help="project id (proj_…) or slug; default: `default`")
     _compute_flags(p)
     _json_flag(p)
+
+
+def _ssh_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-i", "--identity", metavar="FILE", help="the private key ssh offers (ssh's -i)"
+    )
+    parser.add_argument(
+        "--accept-new-host-key",
+        action="store_true",
+        help="replace the gateway host key pinned in ~/.config/trainyard/known_hosts when "
+        "the control plane's has changed",
+    )
+    _insecure_flag(parser, default=argparse.SUPPRESS)
 
 
 # The web forms' defaults: a container job 10 GB of ephemeral disk, a fine-tune 20 (the base
@@ -241,6 +256,24 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(p)
     p.set_defaults(handler=models.pull)
 
+    p = commands.add_parser(
+        "ssh",
+        help="a shell in a running job, or run COMMAND there (OpenSSH, through the gateway)",
+        usage="trainyard ssh JOB [--identity FILE] [--accept-new-host-key] [-- COMMAND ...]",
+    )
+    p.add_argument("job")
+    _ssh_flags(p)
+    p.set_defaults(handler=ssh.shell, takes_command=True)
+
+    p = commands.add_parser(
+        "port-forward",
+        help="forward localhost:LOCAL to port REMOTE of a running job (foreground)",
+    )
+    p.add_argument("job")
+    p.add_argument("ports", metavar="LOCAL[:REMOTE]", help="REMOTE defaults to LOCAL")
+    _ssh_flags(p)
+    p.set_defaults(handler=ssh.port_forward)
+
     p = commands.add_parser("usage", help="billed usage per job in a window")
     p.add_argument("--from", dest="since", metavar="WHEN", help="ISO 8601; default 30 days ago")
     p.add_argument("--to", dest="until", metavar="WHEN", help="ISO 8601, exclusive; default now")
@@ -270,7 +303,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         parser.print_help(sys.stderr)
         raise UsageError("Name a command.")
     if command and not getattr(args, "takes_command", False):
-        raise UsageError("Only `jobs submit` and `jobs plan` take a command after `--`.")
+        raise UsageError("Only `jobs submit`, `jobs plan` and `ssh` take a command after `--`.")
     args.job_command = command
     return args
 

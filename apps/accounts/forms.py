@@ -1,6 +1,7 @@
 from django import forms
 
 from apps.accounts.models import ApiKey, Organization, Role
+from apps.core.ssh_keys import InvalidPublicKey, parse_public_key
 
 
 class ApiKeyCreateForm(forms.Form):
@@ -30,3 +31,42 @@ class ApiKeyCreateForm(forms.Form):
                 f"An active key is already named {name!r}: choose another name, or revoke it first."
             )
         return name
+
+
+class SshKeyAddForm(forms.Form):
+    """One public key for the signed-in member; the service checks it again and refuses a
+    key already registered in the organization."""
+
+    public_key = forms.CharField(
+        label="Public key",
+        max_length=16384,
+        widget=forms.Textarea(
+            attrs={
+                "rows": 3,
+                "spellcheck": "false",
+                "autocomplete": "off",
+                "placeholder": "ssh-ed25519 AAAA… you@host",
+            }
+        ),
+        help_text="The contents of your <code>~/.ssh/id_ed25519.pub</code> (or another "
+        "<code>.pub</code> file).",
+    )
+    name = forms.CharField(
+        label="Key name",
+        max_length=100,
+        required=False,
+        help_text="Optional; the key's comment (e.g. you@laptop) when left empty.",
+    )
+
+    def __init__(self, *args, **kwargs) -> None:
+        # The API key form on the same page has a `name` too: ids of our own.
+        kwargs.setdefault("auto_id", "id_ssh_%s")
+        super().__init__(*args, **kwargs)
+
+    def clean_public_key(self) -> str:
+        value = self.cleaned_data["public_key"]
+        try:
+            parse_public_key(value)
+        except InvalidPublicKey as exc:
+            raise forms.ValidationError(str(exc)) from exc
+        return value.strip()

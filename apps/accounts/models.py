@@ -119,3 +119,40 @@ class ApiKey(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class SshKey(models.Model):
+    """A public key a member registered for one organization: with it they open SSH sessions
+    into that organization's running jobs through the gateway (viewers may register keys,
+    but the gateway lets no viewer in; `apps.accounts.ssh_keys.member_key` decides).
+
+    `public_key` is the line normalised to `<type> <base64>`; the comment that followed it
+    is the default `name`. A key names one person in an organization (unique on the
+    organization and the fingerprint, so the gateway can say who opened a session); the
+    same person may register the same key in each of their organizations."""
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="ssh_keys"
+    )
+    user = models.ForeignKey(User, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=100)
+    public_key = models.TextField()
+    fingerprint = models.CharField(max_length=64)  # "SHA256:…" as OpenSSH prints it
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "SSH key"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "fingerprint"], name="ssh_key_names_one_member"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"
+
+    @property
+    def key_type(self) -> str:
+        return self.public_key.split(" ", 1)[0]

@@ -1,19 +1,34 @@
-"""Writes that matter for organizations, memberships and API keys.
+"""Writes that matter for organizations, memberships, API keys and members' SSH keys.
 
 A key never outlives its creator's rights: every path that removes a membership or lowers
 its role (the Django admin included) goes through `membership_remove` or
 `membership_change_role`, which revoke or cap the API keys that person created for that
 organization. Keys created by nobody (`create_api_key`) are not tied to a membership.
+Removing a membership also deletes the SSH keys its user registered for that organization.
+
+SSH keys are written only through `ssh_key_add` and `ssh_key_remove`, always for one
+member in one organization: another organization's or another person's key is not found.
 """
 
 from __future__ import annotations
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accounts.keys import generate_key, hash_key
-from apps.accounts.models import ApiKey, Membership, Organization, Role, User, role_at_least
-from apps.core.errors import InvalidRequest
+from apps.accounts.models import (
+    ApiKey,
+    Membership,
+    Organization,
+    Role,
+    SshKey,
+    User,
+    role_at_least,
+)
+from apps.core.errors import InvalidRequest, NotFound
+from apps.core.ssh_keys import InvalidPublicKey, parse_public_key
+
+SSH_KEY_NAME_MAX = 100
 
 
 @transaction.atomic
@@ -69,12 +84,13 @@ def _keys_created_in_org(membership: Membership):
 
 @transaction.atomic
 def membership_remove(*, membership: Membership) -> int:
-    """Remove someone from an organization and revoke every API key they created for it.
-    Returns how many keys were revoked."""
+    """Remove someone from an organization, revoke every API key they created for it and
+    delete the SSH keys they registered for it. Returns how many API keys were revoked."""
     locked = Membership.objects.select_for_update().filter(pk=membership.pk).first()
     if locked is None:
         return 0
     revoked = _keys_created_in_org(locked).update(revoked_at=timezone.now())
+    SshKey.objects.filter(organization_id=locked.organization_id, user_id=locked.user_id).delete()
     locked.delete()
     return revoked
 
@@ -99,3 +115,59 @@ def user_delete(*, user: User) -> None:
     for membership in Membership.objects.filter(user=user):
         membership_remove(membership=membership)
     user.delete()
+
+
+def ssh_key_add(
+    *, organization: Organization, user: User, public_key: str, name: str = ""
+) -> SshKey:
+    """Register `public_key` (one OpenSSH line) for `user` in `organization`, of which they
+    must be a member (any role: a viewer may register keys, the gateway still refuses them).
+    The key is stored as `<type> <base64>`; `name` defaults to the line's comment, else to
+    its type. InvalidRequest (param `public_key` or `name`) for a key that is not an
+    accepted one, or that this person or another member already registered here."""
+    if not Membership.objects.filter(organization=organization, user=user).exists():
+        raise NotFound("No such organization.")
+    try:
+        parsed = parse_public_key(public_key)
+    except InvalidPublicKey as exc:
+        raise InvalidRequest(str(exc), param="public_key") from exc
+    given = " ".join((name or "").split())
+    if len(given) > SSH_KEY_NAME_MAX:
+        raise InvalidRequest(f"A name has at most {SSH_KEY_NAME_MAX} characters.", param="name")
+    name = given or " ".join(parsed.comment.split())[:SSH_KEY_NAME_MAX] or parsed.key_type
+    existing = SshKey.objects.filter(
+        organization=organization, fingerprint=parsed.fingerprint
+    ).first()
+    if existing is not None:
+        raise InvalidRequest(_taken_message(existing, user), param="public_key")
+    try:
+        with transaction.atomic():
+            return SshKey.objects.create(
+                organization=organization,
+                user=user,
+                name=name,
+                public_key=parsed.line,
+                fingerprint=parsed.fingerprint,
+            )
+    except IntegrityError as exc:  # the same key added twice at once
+        raise InvalidRequest(
+            "This key was registered in this organization a moment ago.", param="public_key"
+        ) from exc
+
+
+def _taken_message(existing: SshKey, user: User) -> str:
+    if existing.user_id == user.pk:
+        return f"You have already registered this key here, as {existing.name!r}."
+    # A key names one person in an organization: the gateway must know who came in.
+    return (
+        "Another member of this organization has registered this key; a key identifies one "
+        "person here. Make a key of your own (`ssh-keygen -t ed25519`)."
+    )
+
+
+def ssh_key_remove(*, organization: Organization, user: User, key_id: int) -> None:
+    """Delete one of `user`'s keys in `organization`; NotFound for any other key (another
+    person's or another organization's alike)."""
+    deleted, _ = SshKey.objects.filter(pk=key_id, organization=organization, user=user).delete()
+    if not deleted:
+        raise NotFound("No such SSH key.")

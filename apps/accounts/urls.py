@@ -15,4 +15,10 @@ urlpatterns = [
         views.api_key_revoke,
         name="api-key-revoke",
     ),
+    path("o/<slug:org_slug>/settings/ssh-keys/", views.ssh_key_add, name="ssh-key-add"),
+    path(
+        "o/<slug:org_slug>/settings/ssh-keys/<int:key_id>/remove/",
+        views.ssh_key_remove,
+        name="ssh-key-remove",
+    ),
 ]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-import struct
 
 from rest_framework import serializers
 
 from apps.catalog.models import Accelerator
 from apps.core.money import usd_to_micros
 from apps.core.serializers import StrictSerializer
+from apps.core.ssh_keys import InvalidPublicKey, parse_public_key
 from apps.providers.backends.containers import image_reference_problem
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -30,17 +30,6 @@ MAX_INLINE_FILES = 64
 MAX_INLINE_FILES_BYTES = 256 * 1024
 MAX_INLINE_PATH = 255
 WORKDIR_ID = re.compile(r"^wd_[A-Za-z0-9]{1,40}$")
-SSH_KEY_TYPES = frozenset(
-    {
-        "ssh-ed25519",
-        "ssh-rsa",
-        "ecdsa-sha2-nistp256",
-        "ecdsa-sha2-nistp384",
-        "ecdsa-sha2-nistp521",
-        "sk-ssh-ed25519@openssh.com",
-        "sk-ecdsa-sha2-nistp256@openssh.com",
-    }
-)
 
 
 class ComputeIn(StrictSerializer):
@@ -185,30 +174,24 @@ class ContainerIn(StrictSerializer):
         return attrs
 
 
-def _valid_ssh_public_key(text: str) -> bool:
-    """An OpenSSH public key line: `<type> <base64 blob> [comment]`, where the blob itself
-    starts with the same type name (length-prefixed), as every real key does."""
-    parts = text.strip().split(None, 2)
-    if len(parts) < 2 or parts[0] not in SSH_KEY_TYPES:
-        return False
-    try:
-        blob = base64.b64decode(parts[1], validate=True)
-        (length,) = struct.unpack(">I", blob[:4])
-    except (binascii.Error, ValueError, struct.error):
-        return False
-    return blob[4 : 4 + length] == parts[0].encode() and len(blob) > 4 + length
-
-
 class AccessIn(StrictSerializer):
     ssh_public_key = serializers.CharField(
         required=False, allow_null=True, max_length=16384, trim_whitespace=True
     )
 
     def validate_ssh_public_key(self, value):
-        if value is not None and not _valid_ssh_public_key(value):
+        """An OpenSSH public key line the SSH gateway accepts: the rule of a member's
+        registered keys (`apps.core.ssh_keys`). Stored as given, comment and all."""
+        if value is None:
+            return value
+        try:
+            parse_public_key(value)
+        except InvalidPublicKey as exc:
+            reason = str(exc)
             raise serializers.ValidationError(
-                "Not an OpenSSH public key (expected e.g. 'ssh-ed25519 AAAA... you@host')."
-            )
+                "Not an OpenSSH public key (expected e.g. 'ssh-ed25519 AAAA... you@host'): "
+                f"{reason[0].lower()}{reason[1:]}"
+            ) from exc
         return value
 
 

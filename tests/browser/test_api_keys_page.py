@@ -14,8 +14,9 @@ def test_the_copy_button_puts_the_new_key_on_the_clipboard(signed_in, team, live
     owner = team["outsider"]  # the owner of "rivals": owners manage keys
     page = signed_in(owner, permissions=["clipboard-read", "clipboard-write"])
     page.goto("/o/rivals/settings/")
-    page.get_by_label("Name").fill("laptop")
-    page.get_by_role("button", name="Create key").click()
+    section = page.locator("#api-keys")  # Your SSH keys, above, has a "Key name" too
+    section.get_by_label("Name").fill("laptop")
+    section.get_by_role("button", name="Create key").click()
     shown = page.locator("#new-key-value").inner_text().strip()
 
     copy = page.locator("#new-key .copy-button")  # by place: its name changes as it answers

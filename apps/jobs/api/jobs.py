@@ -46,8 +46,10 @@ class ComputeView(APIView):
     permission_classes = COMPUTE_PERMISSIONS
 
 
-# Jobs shown by these views say why they wait (JobOut's `waiting_reason`).
-EXPLAIN = {"explain_waiting": True}
+def _out_context(request) -> dict:
+    """Jobs shown by these views say why they wait (JobOut's `waiting_reason`), and where
+    the SSH gateway is by the host name the client called (`ssh`)."""
+    return {"explain_waiting": True, "request": request}
 
 
 def _idempotency_key(request) -> str:
@@ -71,10 +73,12 @@ def create_response(request, payload: dict, kind: str) -> Response:
     )
     if result.created:
         job = selectors.as_created(result.job)
-        return Response(JobOut(job, context=EXPLAIN).data, status=status.HTTP_201_CREATED)
+        return Response(
+            JobOut(job, context=_out_context(request)).data, status=status.HTTP_201_CREATED
+        )
     # An earlier request with this key created it: the job as it stands now.
     job = selectors.job_for_org(who.organization, result.job.public_id)
-    return Response(JobOut(job, context=EXPLAIN).data, status=status.HTTP_200_OK)
+    return Response(JobOut(job, context=_out_context(request)).data, status=status.HTTP_200_OK)
 
 
 class JobCollectionView(ComputeView):
@@ -110,7 +114,9 @@ class JobCollectionView(ComputeView):
             project_id=request.query_params.get("project"),
             state=request.query_params.get("state"),
         )
-        return page(jobs, JobOut, next_cursor=next_cursor, total=total, context=EXPLAIN)
+        return page(
+            jobs, JobOut, next_cursor=next_cursor, total=total, context=_out_context(request)
+        )
 
 
 class JobPlanView(ComputeView):
@@ -135,7 +141,7 @@ class JobDetailView(ComputeView):
     @extend_schema(responses=JobOut, summary="Get a job", operation_id="compute_jobs_get")
     def get(self, request, job_id: str):
         job = selectors.job_for_org(caller(request).organization, job_id)
-        return Response(JobOut(job, context=EXPLAIN).data)
+        return Response(JobOut(job, context=_out_context(request)).data)
 
 
 class JobTerminateView(ComputeView):
@@ -144,7 +150,9 @@ class JobTerminateView(ComputeView):
         organization = caller(request).organization
         job = selectors.job_for_org(organization, job_id)
         services.job_terminate(job=job)
-        return Response(JobOut(selectors.job_for_org(organization, job_id), context=EXPLAIN).data)
+        return Response(
+            JobOut(selectors.job_for_org(organization, job_id), context=_out_context(request)).data
+        )
 
 
 class JobLogsView(ComputeView):

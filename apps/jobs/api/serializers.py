@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -10,6 +13,7 @@ from apps.core.money import micros_to_usd
 from apps.jobs import selectors
 from apps.jobs.execution import placement
 from apps.jobs.models import Artifact, Attempt, Job, JobEvent, LogLine, MetricSample
+from apps.jobs.shell.hostkey import gateway_host_key
 from apps.jobs.states import JobState
 
 
@@ -78,10 +82,20 @@ class LimitsOut(serializers.Serializer):
 
 
 class SshOut(serializers.Serializer):
-    host = serializers.CharField()
-    port = serializers.IntegerField()
-    user = serializers.CharField()
-    command = serializers.CharField()
+    """How to reach a running job through the control plane's SSH gateway. Any key the job
+    accepts lets its holder in: the job's `access.ssh_public_key`, or a key a member (not a
+    viewer) registered for the organization in their settings."""
+
+    host = serializers.CharField(help_text="The gateway's host name")
+    port = serializers.IntegerField(help_text="The gateway's port")
+    user = serializers.CharField(help_text="The job's id: the gateway's user name for the job")
+    command = serializers.CharField(help_text="e.g. `ssh -p 2222 job_abc@trainyard.example.com`")
+    host_key = serializers.CharField(
+        help_text="The gateway's public host key (`ssh-ed25519 AAAA…`), to pin in known_hosts"
+    )
+    host_key_fingerprint = serializers.CharField(
+        help_text="Its SHA256 fingerprint as OpenSSH prints it (`SHA256:…`)"
+    )
 
 
 class ContainerOut(serializers.Serializer):
@@ -142,9 +156,23 @@ def waiting_reason_data(job: Job) -> dict | None:
     return {"summary": explanation.summary, "offers": considered_data(explanation)}
 
 
+def _request_host(request) -> str:
+    """The host name (no port, no IPv6 brackets) the client called this API by; without a
+    request, that of TRAINYARD_PUBLIC_URL."""
+    if request is None:
+        return urlsplit(settings.TRAINYARD_PUBLIC_URL).hostname or "localhost"
+    host = request.get_host()
+    if host.startswith("["):  # [::1]:8000
+        return host[1 : host.index("]")]
+    name, _, port = host.rpartition(":")
+    return name if name and port.isdigit() else host
+
+
 class JobOut(serializers.Serializer):
-    """A job as the API shows it. `hardware`, `price_usd_hr` and `ssh` describe the current
-    (or last) attempt and are null before the first allocation.
+    """A job as the API shows it. `hardware` and `price_usd_hr` describe the current (or
+    last) attempt and are null before the first allocation. `ssh` is the SSH gateway's
+    address while the job runs (null otherwise, and where no gateway runs); its host is
+    SSH_GATEWAY_HOST, else the host name of the request (context `request`).
 
     `waiting_reason` (for a job waiting to be placed; null otherwise) says why no offer
     takes it, offer by offer, by the rules placement applies. It costs queries, so it is
@@ -217,11 +245,22 @@ class JobOut(serializers.Serializer):
 
     @extend_schema_field(SshOut(allow_null=True))
     def get_ssh(self, job: Job) -> dict | None:
-        attempt = self._last_attempt(job)
-        ssh = (attempt.handle or {}).get("ssh") if attempt else None
-        if not ssh or not job.spec["access"].get("ssh_public_key"):
+        """The gateway's address for a running job (whether or not it has an access key:
+        members' registered keys open it too); null when the job is not running or this
+        control plane runs no gateway (SSH_GATEWAY_PORT 0)."""
+        port = settings.SSH_GATEWAY_PORT
+        if not port or job.state != JobState.RUNNING:
             return None
-        return {**ssh, "command": f"ssh -p {ssh['port']} {ssh['user']}@{ssh['host']}"}
+        host = settings.SSH_GATEWAY_HOST or _request_host(self.context.get("request"))
+        host_key = gateway_host_key()
+        return {
+            "host": host,
+            "port": port,
+            "user": job.public_id,
+            "command": f"ssh -p {port} {job.public_id}@{host}",
+            "host_key": host_key.public,
+            "host_key_fingerprint": host_key.fingerprint,
+        }
 
     @extend_schema_field(LimitsOut())
     def get_limits(self, job: Job) -> dict:

@@ -70,7 +70,8 @@ def _connect(request: HttpRequest, job: Job, membership) -> dict | None:
         return None
     ssh = None
     if settings.SSH_GATEWAY_PORT:
-        host = settings.SSH_GATEWAY_HOST or split_domain_port(request.get_host())[0]
+        # The host name without port or IPv6 brackets, as the API's `ssh` object gives it.
+        host = settings.SSH_GATEWAY_HOST or split_domain_port(request.get_host())[0].strip("[]")
         ssh = {
             "command": f"ssh -p {settings.SSH_GATEWAY_PORT} {job.public_id}@{host}",
             "fingerprint": gateway_host_key().fingerprint,

@@ -38,7 +38,7 @@ def test_a_member_sees_the_ssh_command_host_key_and_the_terminal(client_for, mem
     assert f'<code id="ssh-command">ssh -p 2222 {job.public_id}@testserver</code>' in body
     assert f">{gateway_host_key().fingerprint}</code>" in body
     assert 'data-copy-target="ssh-command"' in body
-    assert "/o/acme/settings/" in body  # where a member registers a key
+    assert "/o/acme/settings/#ssh-keys" in body  # where a member registers a key
     assert '<button type="button" id="terminal-open"' in body
     assert f'data-terminal-url="/ws/jobs/{job.public_id}/terminal/"' in body
     assert "vendor/xterm/xterm-6.0.0.js" in body and "js/terminal.js" in body
@@ -49,6 +49,19 @@ def test_the_gateway_host_setting_names_the_host(client_for, admin, org, gateway
     gateway.SSH_GATEWAY_HOST = "ssh.example.org"
     job = _running(org)
     assert f"ssh -p 2222 {job.public_id}@ssh.example.org<" in _page(client_for(admin), job)
+
+
+def test_the_page_and_the_api_name_the_same_host(client_for, api_client_for, member, org, gateway):
+    gateway.ALLOWED_HOSTS = ["trainyard.example", "[::1]"]
+    job = _running(org)
+    client, api = client_for(member), api_client_for(org)
+    for host in ("trainyard.example:8000", "[::1]:8000"):
+        shown = api.get(f"/api/v1/compute/jobs/{job.public_id}", HTTP_HOST=host)
+        command = shown.json()["ssh"]["command"]
+        assert (
+            f'<code id="ssh-command">{command}</code>'
+            in client.get(f"/o/acme/jobs/{job.public_id}/", HTTP_HOST=host).content.decode()
+        )
 
 
 def test_without_a_gateway_there_is_no_command_but_the_terminal(client_for, member, org, settings):

@@ -498,7 +498,8 @@ def test_a_malformed_ssh_key_is_a_field_error(client_for, member, project):
     )
 
     assert field_errors(response, "container-ssh_public_key") == [
-        "Not an OpenSSH public key (expected e.g. 'ssh-ed25519 AAAA... you@host')."
+        "Not an OpenSSH public key (expected e.g. 'ssh-ed25519 AAAA... you@host'): "
+        "the key's second part is not base64."
     ]
     assert not Job.objects.exists()
 
