@@ -81,6 +81,16 @@
     fit = new FitAddon.FitAddon();
     term.loadAddon(fit);
     term.open(container);
+    // Tab belongs to the shell; Shift+Tab leaves the terminal (no keyboard trap), back to
+    // the button before it, as Shift+Tab does anywhere else.
+    term.attachCustomKeyEventHandler(function (event) {
+      if (event.key === "Tab" && event.shiftKey && !event.ctrlKey && !event.altKey && !event.metaKey) {
+        if (event.type === "keydown") closeButton.focus();
+        event.preventDefault();
+        return false;
+      }
+      return true;
+    });
     term.onData(function (data) { send(encoder.encode(data)); });
     term.onBinary(function (data) {  // one byte per character (e.g. some mouse reports)
       var bytes = new Uint8Array(data.length);

@@ -49,6 +49,9 @@ def test_a_member_types_into_the_jobs_terminal_and_reads_the_answer(signed_in, t
     rows = page.locator("#terminal .xterm-rows")
     expect(rows).to_contain_text(f"42 {job.public_id}", timeout=15_000)
     screenshot(page, "job-terminal")
+    page.keyboard.press("Shift+Tab")  # out of the terminal: no keyboard trap
+    expect(page.get_by_role("button", name="Close terminal")).to_be_focused()
+    page.locator("#terminal").click()
     for theme in ("light", "dark"):
         page.emulate_media(color_scheme=theme)
         found = blocking_violations(page)

@@ -253,7 +253,11 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                     if kind in (protocol.FRAME_STDOUT, protocol.FRAME_STDERR):
                         self.bytes_out += len(payload)
                         self.last_active = time.monotonic()
-                        await self.send(bytes_data=payload)
+                        try:
+                            await self.send(bytes_data=payload)
+                        except Exception:  # the browser is gone (its disconnect follows)
+                            await self.end("the browser disconnected", notify=False)
+                            return
                     elif kind == protocol.FRAME_EXIT:
                         self.exited = exit_reason(json.loads(payload or b"{}"))
                     elif kind == protocol.FRAME_CLOSED:
