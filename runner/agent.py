@@ -116,6 +116,7 @@ from runner.protocol import (
     STREAM_STDOUT,
     supported,
 )
+from runner.shell import HttpShellTransport, ShellEnv, ShellService
 from runner.spec import JobSpec, SpecError
 from runner.spool import Spool
 from runner.workdir import WorkdirError, prepare_workdir
@@ -163,6 +164,8 @@ class Runner:
         self.heartbeat: Heartbeat | None = None
         self.uploader: ArtifactUploader | None = None
         self.hub_door: HubDoor | None = None
+        # Shell sessions into the job (runner.shell): threads only once the hint comes.
+        self.shell = ShellService(HttpShellTransport(self.client))
         # The checkpoint step the workload resumes from; None when it starts from scratch.
         self.resumed_from_step: int | None = None
         # What only the workload's processes carry in their environment (workload_markers).
@@ -182,6 +185,7 @@ class Runner:
         heartbeat = self.heartbeat
         if heartbeat is not None:
             heartbeat.heard(answer)
+        self.shell.hint(answer)
 
     def order(self, order: str) -> None:
         if order == ORDER_TERMINATE:
@@ -317,6 +321,7 @@ class Runner:
                 proc, exit_code = self._start_workload(spec)
         if proc is not None:
             exit_code = self._supervise(proc, spec)
+            self.shell.close(timeout=0)  # sessions end with the workload
             if self._abort is not None:
                 write_exit_json(self.workdir, exit_code)
                 return self._abort[0]
@@ -425,6 +430,8 @@ class Runner:
         assert proc.stdout is not None and proc.stderr is not None
         self.collector.start_reader(proc.stdout, STREAM_STDOUT)
         self.collector.start_reader(proc.stderr, STREAM_STDERR)
+        # Sessions run where the workload does: its environment, its directory.
+        self.shell.configure(ShellEnv(env=dict(env), cwd=str(self.workdir / "work")))
         heartbeat = Heartbeat(
             self.client,
             pid=proc.pid,
@@ -433,6 +440,7 @@ class Runner:
             last_seq=lambda: self.collector.last_seq if self.collector else 0,
             on_order=self.order,
             on_abort=self.abort,
+            on_answer=self.shell.hint,
         )
         self.heartbeat = heartbeat
         heartbeat.start()
@@ -486,6 +494,7 @@ class Runner:
             checkpoint_over = usr1_at is not None and now >= usr1_at + grace
             if term_at is None and (self._stopping() or checkpoint_over):
                 term_at = now
+                self.shell.close(timeout=0)  # no session outlives a terminate
                 self.collector.system("terminating: sending SIGTERM to the workload")
                 # The runner gets it too; its handler only notes it.
                 self._signal_group(signal.SIGTERM)
@@ -554,6 +563,7 @@ class Runner:
 
     def _shutdown(self) -> None:
         """Stop the threads (bounded waits) and close the spool."""
+        self.shell.close()
         if self.heartbeat is not None:
             self.heartbeat.stop()
         if self.uploader is not None:

@@ -52,6 +52,7 @@ from runner.control_socket import socket_opener
 from runner.protocol import (
     ARTIFACT_CONTENT_TYPE,
     ERROR_ATTEMPT_SUPERSEDED,
+    ERROR_SESSION_NOT_FOUND,
     ERROR_UNSUPPORTED_PROTOCOL,
     EXIT_CONFIG,
     EXIT_OK,
@@ -59,6 +60,9 @@ from runner.protocol import (
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
     SHA256_HEADER,
+    SHELL_ACCEPT,
+    SHELL_DOWN,
+    SHELL_UP,
 )
 
 REQUEST_TIMEOUT_S = 10.0
@@ -95,6 +99,10 @@ class FatalError(ClientError):
 class UnsupportedProtocolError(FatalError):
     """400 unsupported_protocol: the control plane does not speak this runner's protocol
     version; the runner exits 2."""
+
+
+class SessionGoneError(FatalError):
+    """404 session_not_found: a shell session is over on the control plane's side."""
 
 
 class SupersededError(ClientError):
@@ -159,6 +167,8 @@ def _error_for(outcome: Outcome, detail: str, status: int, parsed: Any) -> Clien
     if outcome is Outcome.FATAL:
         if error_type == ERROR_UNSUPPORTED_PROTOCOL:
             return UnsupportedProtocolError(detail + suffix, status)
+        if status == 404 and error_type == ERROR_SESSION_NOT_FOUND:
+            return SessionGoneError(detail + suffix, status)
         return FatalError(detail + suffix, status)
     return RetryableError(detail + suffix, status)
 
@@ -340,6 +350,46 @@ class ControlClient:
 
     def post_exit(self, exit_code: int, last_seq: int) -> dict:
         return self.request("POST", "exit", {"exit_code": exit_code, "last_seq": last_seq})
+
+    # -- shell sessions (runner.shell): long polls, so each waits past its `wait` --------
+
+    def shell_accept(self, wait: float) -> dict:
+        """`GET ssh/accept?wait=S`: `{"sessions": [...]}`, empty when none came in time."""
+        endpoint = f"{SHELL_ACCEPT}?wait={wait:g}"
+        req = self._request_object("GET", self.base + endpoint, None, None)
+        return self._json_answer(req, f"GET {SHELL_ACCEPT}", wait + self.timeout)
+
+    def shell_down(self, sid: str, wait: float) -> bytes:
+        """`GET ssh/<sid>/down?wait=S`: the frames the client sent (raw bytes, maybe none).
+        SessionGoneError once the session is over."""
+        endpoint = SHELL_DOWN.format(sid=urllib.parse.quote(sid, safe=""))
+        req = self._request_object("GET", f"{self.base}{endpoint}?wait={wait:g}", None, None)
+        return self._bytes_answer(req, f"GET {endpoint}", wait + self.timeout)
+
+    def shell_up(self, sid: str, frames: bytes) -> dict:
+        """`POST ssh/<sid>/up` with `frames`: `{"backlog": n}`. SessionGoneError once the
+        session is over."""
+        endpoint = SHELL_UP.format(sid=urllib.parse.quote(sid, safe=""))
+        req = self._request_object("POST", self.base + endpoint, frames, "application/octet-stream")
+        return self._json_answer(req, f"POST {endpoint}", self.timeout)
+
+    def _bytes_answer(self, req: urllib.request.Request, where: str, timeout: float) -> bytes:
+        """A 2xx answer's body as it is; anything else raised as `classify` decides."""
+        try:
+            with self._opener.open(req, timeout=timeout) as resp:
+                return resp.read()
+        except urllib.error.HTTPError as exc:
+            parsed = _parse_json(_read_error_body(exc))
+            outcome = classify(exc.code, parsed)
+            if outcome is Outcome.OK:  # a 2xx that urllib calls an error: not one of ours
+                outcome = Outcome.RETRY
+            raise _error_for(outcome, f"{where}: HTTP {exc.code}", exc.code, parsed) from None
+        except urllib.error.URLError as exc:
+            raise RetryableError(f"{where}: {exc.reason}") from exc
+        except (socket.timeout, TimeoutError) as exc:  # noqa: UP041 - distinct on 3.9
+            raise RetryableError(f"{where}: timed out") from exc
+        except (OSError, http.client.HTTPException) as exc:
+            raise RetryableError(f"{where}: {exc!r}") from exc
 
 
 def backoff_delays(initial: float = 0.2, maximum: float = 10.0):

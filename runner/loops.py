@@ -235,7 +235,8 @@ class _Halt:
 
 class Heartbeat:
     """Posts `started` once, then a heartbeat every `interval_s`; hands each answer's
-    order to `on_order`. Retries forever until `stop()`; a refusal calls `on_abort`.
+    order to `on_order`, and each answer whole to `on_answer` (the shell sessions' hint).
+    Retries forever until `stop()`; a refusal calls `on_abort`.
 
     A log batch's answer that carries an order is a heartbeat answer too (`heard`): the
     control plane counted the batch as a heartbeat, so no heartbeat is posted until
@@ -252,6 +253,7 @@ class Heartbeat:
         last_seq: Callable[[], int],
         on_order: Callable[[str], None],
         on_abort: Callable[[int, str], None],
+        on_answer: Callable[[dict], None] | None = None,
     ) -> None:
         self.client = client
         self.pid = pid
@@ -260,6 +262,7 @@ class Heartbeat:
         self.last_seq = last_seq
         self.on_order = on_order
         self.on_abort = on_abort
+        self.on_answer = on_answer
         self.started_acked = False
         self._next_beat = time.monotonic()  # put off by every answer, of either kind
         self._stop = threading.Event()
@@ -282,6 +285,7 @@ class Heartbeat:
             self.started_acked = True
             self._put_off()
             self._obey(answer)
+            self._hand_over(answer)
             while not self._stop.wait(self._until_due()):
                 if self._until_due() > 0:  # a batch's answer came meanwhile
                     continue
@@ -297,6 +301,7 @@ class Heartbeat:
                     continue
                 self._put_off()
                 self._obey(answer)
+                self._hand_over(answer)
         except RetryStopped:
             return
         except (SupersededError, FatalError) as exc:
@@ -310,6 +315,14 @@ class Heartbeat:
         if self.started_acked:
             self._put_off()
         self._obey(answer)
+
+    def _hand_over(self, answer: dict) -> None:
+        if self.on_answer is None:
+            return
+        try:
+            self.on_answer(answer)
+        except Exception as exc:  # a bug there must not stop the heartbeats
+            log(f"handling a heartbeat's answer failed: {exc!r}")
 
     def _put_off(self) -> None:
         self._next_beat = time.monotonic() + self.interval_s

@@ -41,6 +41,7 @@ class ProcStat:
     pgid: int
     start_ticks: int
     ppid: int = 0
+    session: int = 0
 
 
 def stat(pid: int) -> ProcStat | None:
@@ -57,6 +58,7 @@ def stat(pid: int) -> ProcStat | None:
         pgid=int(fields[2]),
         start_ticks=int(fields[19]),
         ppid=int(fields[1]),
+        session=int(fields[3]),
     )
 
 

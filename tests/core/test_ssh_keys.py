@@ -56,25 +56,27 @@ def _flip_type(line: str, other: bytes) -> str:
     return f"ssh-ed25519 {base64.b64encode(sshkeys.string(other) + blob[4 + length :]).decode()}"
 
 
-@pytest.mark.parametrize(
-    ("text", "words"),
-    [
-        ("", "Paste a public key"),
-        ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n-----END OPENSSH PRIVATE KEY-----", "private"),
-        (sshkeys.ed25519_line() + "\n" + sshkeys.ed25519_line(), "one key at a time"),
-        ("ssh-dss AAAAB3NzaC1kc3M= x", "DSA"),
-        ("ssh-foo AAAA x", "key type 'ssh-foo' is not accepted"),
-        ('from="10.0.0.1" ' + sshkeys.ed25519_line(), "is not accepted"),
-        ("ssh-ed25519", "base64 part is missing"),
-        ("ssh-ed25519 not-base64!", "not base64"),
-        ("ssh-ed25519 " + sshkeys.ed25519_line().split()[1][:-8], "cut short"),
-        (sshkeys.blob_line(b"ssh-ed25519", b"x" * 31), "32 bytes"),
-        (sshkeys.blob_line(b"ssh-ed25519", b"x" * 32, b"more"), "after its end"),
-        (sshkeys.blob_line(b"ecdsa-sha2-nistp256", b"nistp384", b"\x04" * 65), "curve"),
-        (sshkeys.blob_line(b"ecdsa-sha2-nistp256", b"nistp256", b"\x04" * 64), "point"),
-        (_flip_type(sshkeys.rsa_line(2048), b"ssh-rsa"), "is not a ssh-ed25519 key"),
-    ],
-)
+# Ids from the expected words: several texts are keys made at random, which would name the
+# test differently on each pytest-xdist worker.
+REFUSED = [
+    ("", "Paste a public key"),
+    ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl\n-----END OPENSSH PRIVATE KEY-----", "private"),
+    (sshkeys.ed25519_line() + "\n" + sshkeys.ed25519_line(), "one key at a time"),
+    ("ssh-dss AAAAB3NzaC1kc3M= x", "DSA"),
+    ("ssh-foo AAAA x", "key type 'ssh-foo' is not accepted"),
+    ('from="10.0.0.1" ' + sshkeys.ed25519_line(), "is not accepted"),
+    ("ssh-ed25519", "base64 part is missing"),
+    ("ssh-ed25519 not-base64!", "not base64"),
+    ("ssh-ed25519 " + sshkeys.ed25519_line().split()[1][:-8], "cut short"),
+    (sshkeys.blob_line(b"ssh-ed25519", b"x" * 31), "32 bytes"),
+    (sshkeys.blob_line(b"ssh-ed25519", b"x" * 32, b"more"), "after its end"),
+    (sshkeys.blob_line(b"ecdsa-sha2-nistp256", b"nistp384", b"\x04" * 65), "curve"),
+    (sshkeys.blob_line(b"ecdsa-sha2-nistp256", b"nistp256", b"\x04" * 64), "point"),
+    (_flip_type(sshkeys.rsa_line(2048), b"ssh-rsa"), "is not a ssh-ed25519 key"),
+]
+
+
+@pytest.mark.parametrize(("text", "words"), REFUSED, ids=[words for _, words in REFUSED])
 def test_anything_else_is_refused_with_a_reason(text, words):
     with pytest.raises(InvalidPublicKey, match=words):
         parse_public_key(text)

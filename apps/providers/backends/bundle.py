@@ -33,7 +33,7 @@ __all__ = ["BUNDLE_MISMATCH", "bundle_name", "bundle_sha256", "install_bundle", 
 
 RUNNER_DIR = Path(protocol.__file__).resolve().parent
 # Host-side tools the bundle can run besides the runner: `runner.<name>.main(argv) -> int`.
-TOOLS = ("hostctl", "slurmctl", "relay")
+TOOLS = ("hostctl", "slurmctl", "relay", "sftp_server")
 _FIXED_TIME = (2020, 1, 1, 0, 0, 0)  # a deterministic archive: the same code, the same digest
 
 _MAIN = f"""\
