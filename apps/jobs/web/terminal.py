@@ -236,13 +236,17 @@ class TerminalConsumer(AsyncWebsocketConsumer):
 
     async def _pump_down(self) -> None:
         assert self.channel is not None
-        while True:
-            item = await self.down.get()
-            if item is None:
-                return
-            if await self.channel.send(*item) > DOWN_BACKLOG_PAUSE:
-                while await self.channel.backlog() > DOWN_BACKLOG_RESUME and not self.ended:
-                    await asyncio.sleep(0.05)
+        try:
+            while True:
+                item = await self.down.get()
+                if item is None:
+                    return
+                if await self.channel.send(*item) > DOWN_BACKLOG_PAUSE:
+                    while await self.channel.backlog() > DOWN_BACKLOG_RESUME and not self.ended:
+                        await asyncio.sleep(0.05)
+        except Exception:  # Redis failed under it: end the session rather than hang it
+            log.exception("terminal %s: carrying keystrokes", self.channel.sid)
+            await self.end("the control plane lost the session's channel")
 
     async def _pump_up(self, first: list[tuple[bytes, bytes]]) -> None:
         assert self.channel is not None
@@ -270,6 +274,9 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         except ValueError as exc:
             log.warning("terminal %s: a broken frame from the runner: %s", self.channel.sid, exc)
             await self.end("the runner's side broke the protocol")
+        except Exception:  # Redis failed under it: end the session rather than hang it
+            log.exception("terminal %s: carrying the workload's output", self.channel.sid)
+            await self.end("the control plane lost the session's channel")
 
     async def _runner_closed(self) -> None:
         """The runner ended the session: because the shell exited, or because the attempt is

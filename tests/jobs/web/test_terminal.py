@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import redis
 from channels.db import database_sync_to_async
 
 from apps.jobs import services
 from apps.jobs.events import JobEventType
 from apps.jobs.models import JobEvent
 from apps.jobs.shell import pipes
+from apps.jobs.shell.bridge import ShellChannel
 from apps.jobs.states import JobState
 from apps.jobs.web import terminal
 from runner import protocol
@@ -255,3 +257,19 @@ async def test_anonymous_and_foreign_origins_are_refused(member, org):
     assert await anonymous.receive_output(timeout=2) == {"type": "websocket.close", "code": 4401}
     foreign = await websocket(_path(job), member, origin="http://evil.example")
     assert not (await foreign.connect())[0]
+
+
+async def test_a_failing_channel_ends_the_session_instead_of_hanging_it(member, org, monkeypatch):
+    job, attempt = await _job_and_attempt(org)
+    socket = await websocket(_path(job), member)
+    sid = (await _opened(socket, attempt))["sid"]
+
+    async def broken(self, wait_s):
+        raise redis.exceptions.TimeoutError("Timeout reading from 127.0.0.1:6379")
+
+    monkeypatch.setattr(ShellChannel, "receive", broken)
+    await _up(sid, (protocol.FRAME_STDOUT, b"x"))  # the pump reads once more, then fails
+    assert await socket.receive_from(timeout=5) == b"x"
+    reason = "the control plane lost the session's channel"
+    assert await _json(socket) == {"type": "closed", "reason": reason}
+    assert (await _closed_event(job)).data["reason"] == reason
