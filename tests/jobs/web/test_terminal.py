@@ -273,3 +273,15 @@ async def test_a_failing_channel_ends_the_session_instead_of_hanging_it(member, 
     reason = "the control plane lost the session's channel"
     assert await _json(socket) == {"type": "closed", "reason": reason}
     assert (await _closed_event(job)).data["reason"] == reason
+
+
+async def test_a_quiet_session_outlasts_the_redis_clients_default_read_timeout(member, org):
+    """redis-py 8 reads with a 5 s socket timeout unless told otherwise; the session's
+    blocking pops wait longer than that."""
+    job, attempt = await _job_and_attempt(org)
+    socket = await websocket(_path(job), member)
+    sid = (await _opened(socket, attempt))["sid"]
+    assert await socket.receive_nothing(timeout=6, interval=0.5)
+    await _up(sid, (protocol.FRAME_STDOUT, b"still here"))
+    assert await socket.receive_from(timeout=5) == b"still here"
+    await socket.disconnect()
