@@ -82,7 +82,12 @@ class ComputeApi:
                 )
             return None
 
-        return wait_for(reached, timeout=timeout, what=f"{job_id} to reach {sorted(wanted)}")
+        try:
+            return wait_for(reached, timeout=timeout, what=f"{job_id} to reach {sorted(wanted)}")
+        except TimeoutError as exc:
+            job = self.job(job_id)
+            said = [(event["type"], event["message"]) for event in self.events(job_id)]
+            raise TimeoutError(f"{exc}; it is {job['state']}, its events: {said}") from None
 
     def terminate(self, job_id: str) -> dict:
         response = self.session.post(

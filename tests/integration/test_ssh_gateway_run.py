@@ -17,8 +17,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from apps.accounts import services as account_services
+from apps.accounts.models import Role
 from apps.jobs.models import JobEvent
 from apps.providers.models import Provider
+from tests.factories import MembershipFactory, OrganizationFactory
 from tests.integration.conftest import UNTIL_LET_GO, let_go
 from tests.integration.stack import wait_for
 from tests.live import free_port
@@ -86,7 +89,7 @@ def test_exec_runs_in_the_jobs_container_as_its_user_with_its_environment(
 ):
     key, public = client_key
     job = _running_job(api, podman, public)
-    shown = api.get(f"/api/v1/compute/jobs/{job['id']}").json()["ssh"]
+    shown = api.job(job["id"])["ssh"]
     assert shown["port"] == live_stack.gateway_port and shown["user"] == job["id"]
     inside = subprocess.run(
         [
@@ -164,8 +167,14 @@ def test_a_terminal_session_follows_a_resize_and_files_go_in_and_out_with_scp(
         assert b"24 80" in _read_until(master, b"READY-42")
         _set_size(master, 40, 120)
         client.send_signal(signal.SIGWINCH)
-        os.write(master, b"stty size; echo SIZED-$((40+3))\r")
-        assert b"40 120" in _read_until(master, b"SIZED-43")
+
+        def resized() -> bool:
+            # ssh sends the new size when it handles the signal, which may be after the
+            # next keystrokes it reads: ask until the shell sees it.
+            os.write(master, b"stty size; echo SIZED-$((40+3))\r")
+            return b"40 120" in _read_until(master, b"SIZED-43")
+
+        wait_for(resized, timeout=30, what="the shell to see the new size", interval=0)
         os.write(master, b"exit 0\r")
         assert client.wait(timeout=30) == 0
     finally:
@@ -225,27 +234,44 @@ def test_a_local_forward_reaches_a_server_on_the_workloads_own_loopback(
     let_go(live_stack, job["id"])
 
 
-def test_a_key_not_on_the_job_is_refused_and_a_session_ends_with_the_job(
-    api, podman, live_stack, client_key, tmp_path
+def _keypair(path: Path) -> tuple[Path, str]:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    return path, path.with_suffix(".pub").read_text().strip()
+
+
+def _member_with_key(organization, role: str, path: Path) -> tuple[Path, str]:
+    key, public = _keypair(path)
+    member = MembershipFactory(organization=organization, role=role).user
+    account_services.ssh_key_add(organization=organization, user=member, public_key=public)
+    return key, member.email
+
+
+def _runs(stack, key: Path, job_id: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*ssh_argv(stack, key, job_id), "echo in"], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_only_the_jobs_key_and_its_members_keys_get_in_and_a_session_ends_with_the_job(
+    api, podman, live_stack, client_key, compute_org, tmp_path
 ):
     key, public = client_key
     job = _running_job(api, podman, public)
-    stranger = tmp_path / "stranger"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
-    refused = subprocess.run(
-        [*ssh_argv(live_stack, stranger, job["id"]), "true"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert refused.returncode == 255 and "Permission denied" in refused.stderr
-    nobody = subprocess.run(
-        [*ssh_argv(live_stack, key, "job_doesnotexist"), "true"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    member_key, member_email = _member_with_key(compute_org, Role.MEMBER, tmp_path / "member")
+    viewer_key, _ = _member_with_key(compute_org, Role.VIEWER, tmp_path / "viewer")
+    outsider_key, _ = _member_with_key(OrganizationFactory(), Role.OWNER, tmp_path / "outsider")
+    stranger_key, _ = _keypair(tmp_path / "stranger")
+
+    member = _runs(live_stack, member_key, job["id"])
+    assert (member.returncode, member.stdout) == (0, "in\n"), member.stderr
+    for refused_key in (viewer_key, outsider_key, stranger_key):
+        refused = _runs(live_stack, refused_key, job["id"])
+        assert refused.returncode == 255 and "Permission denied" in refused.stderr
+    # A job that does not exist is refused the same way as a wrong key.
+    nobody = _runs(live_stack, key, "job_doesnotexist")
     assert nobody.returncode == 255 and "Permission denied" in nobody.stderr
+    opened = JobEvent.objects.filter(job__public_id=job["id"], type="ssh_session_opened")
+    assert [event.data["who"] for event in opened] == [member_email]
 
     held = subprocess.Popen(
         [*ssh_argv(live_stack, key, job["id"]), "echo inside; sleep 600"],
@@ -262,8 +288,8 @@ def test_a_key_not_on_the_job_is_refused_and_a_session_ends_with_the_job(
     finally:
         held.kill()
     closed = JobEvent.objects.filter(job__public_id=job["id"], type="ssh_session_closed")
-    wait_for(closed.exists, timeout=15, what="the session's close on the timeline")
-    assert "terminated" in closed.first().data["reason"]
+    wait_for(lambda: closed.count() == 2, timeout=15, what="the session's close on the timeline")
+    assert "terminated" in closed.order_by("id").last().data["reason"]
 
 
 # Prints who it runs as, then waits to be entered.
