@@ -69,7 +69,11 @@ def test_a_member_types_into_the_jobs_terminal_and_reads_the_answer(signed_in, t
     page.once("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Terminate").click()
     expect(status).to_have_text(f"Closed: job {job.public_id} was terminated", timeout=30_000)
+    # The session may end before the page's own push of the new state arrives; once it has,
+    # the panel's command and button go, and the closed terminal stays with its reason.
+    expect(page.locator('#job-status[data-state="terminated"]')).to_be_visible(timeout=30_000)
     expect(page.get_by_role("button", name="Open terminal")).to_be_hidden()
+    expect(page.locator("#ssh-command")).to_be_hidden()
     expect(rows).to_contain_text("[closed: ")
     wait_until(
         lambda: JobEvent.objects.filter(job=job, type=JobEventType.SSH_SESSION_CLOSED).exists(),
