@@ -3,23 +3,24 @@
 The SSH user is the job's id. A key authenticates when it is the job's own
 `access.ssh_public_key`, or a key that a member (not a viewer) of the job's organization
 registered for that organization. Anything else, another organization's job or a job that
-does not exist included, is the same refusal: the gateway tells nobody which jobs exist."""
+does not exist included, is the same refusal: the gateway tells nobody which jobs exist.
+The grant, the job's live attempt and the record of sessions are shared with the job page's
+terminal (apps.jobs.shell.access); here each use of the database starts from a live
+connection."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import wraps
 
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 
 from apps.accounts import ssh_keys
-from apps.jobs import services
-from apps.jobs.events import JobEventType
-from apps.jobs.models import Attempt, Job
+from apps.jobs.models import Job
+from apps.jobs.shell import access as shared
+from apps.jobs.shell.access import Grant, Target  # noqa: F401  (the gateway's names for them)
 from apps.jobs.shell.hostkey import fingerprint_of
-from apps.jobs.states import JobState
 
 JOB_KEY = "the job's access key"
 
@@ -35,25 +36,6 @@ def _fresh_connection(function: Callable) -> Callable:
         return function(*args, **kwargs)
 
     return wrapped
-
-
-@dataclass(frozen=True)
-class Grant:
-    """What an authenticated connection may reach: one job, as `who` with `fingerprint`."""
-
-    job_pk: int
-    job_id: str
-    who: str
-    fingerprint: str
-
-
-@dataclass(frozen=True)
-class Target:
-    """The job's live attempt, as a session needs it; `refusal` says why there is none."""
-
-    attempt_id: int | None
-    nonce: str
-    refusal: str
 
 
 def _blob(public_line: str) -> bytes | None:
@@ -87,79 +69,7 @@ def authorize(username: str, public_line: str) -> Grant | None:
     return Grant(job.pk, job.public_id, key.user.email or key.user.get_username(), fingerprint)
 
 
-@_fresh_connection
-def target(grant: Grant) -> Target:
-    """The job's live attempt, or why a session cannot be opened now."""
-    job = Job.objects.only("state", "reason", "attempt_count").get(pk=grant.job_pk)
-    if job.state != JobState.RUNNING:
-        why = f" ({job.reason})" if job.reason else ""
-        return Target(None, "", f"job {grant.job_id} is {job.state}{why}, not running")
-    attempt = (
-        Attempt.objects.filter(job_id=grant.job_pk, number=job.attempt_count, ended_at__isnull=True)
-        .only("pk", "token_nonce")
-        .first()
-    )
-    if attempt is None:
-        return Target(None, "", f"job {grant.job_id} has no running attempt")
-    return Target(attempt.pk, attempt.token_nonce, "")
-
-
-@_fresh_connection
-def attempt_live(attempt_id: int) -> str:
-    """ "" while the attempt runs; else what ended it, in words for the person connected."""
-    attempt = Attempt.objects.select_related("job").only(
-        "ended_at", "job__state", "job__reason", "job__public_id"
-    )
-    found = attempt.filter(pk=attempt_id).first()
-    if found is None:
-        return "the job is gone"
-    if found.ended_at is None and found.job.state == JobState.RUNNING:
-        return ""
-    job = found.job
-    if job.state in (JobState.TERMINATING, JobState.TERMINATED):
-        return f"job {job.public_id} was terminated"
-    if job.state == JobState.PREEMPTED:
-        return f"job {job.public_id} was preempted (it resumes on a new attempt)"
-    why = f" ({job.reason})" if job.reason else ""
-    return f"job {job.public_id}'s attempt ended: {job.state}{why}"
-
-
-@_fresh_connection
-def record_opened(grant: Grant, *, sid: str, kind: str, via: str) -> None:
-    with transaction.atomic():
-        job = Job.objects.get(pk=grant.job_pk)
-        services.record_event(
-            job=job,
-            type=JobEventType.SSH_SESSION_OPENED,
-            message=f"{grant.who} opened {kind} ({via}, key {grant.fingerprint}).",
-            data={
-                "session": sid,
-                "who": grant.who,
-                "fingerprint": grant.fingerprint,
-                "kind": kind,
-                "via": via,
-            },
-        )
-
-
-@_fresh_connection
-def record_closed(
-    grant: Grant, *, sid: str, kind: str, duration_s: float, bytes_in: int, bytes_out: int, why: str
-) -> None:
-    with transaction.atomic():
-        job = Job.objects.get(pk=grant.job_pk)
-        services.record_event(
-            job=job,
-            type=JobEventType.SSH_SESSION_CLOSED,
-            message=f"{grant.who}'s {kind} closed after {duration_s:.0f} s: {why}.",
-            data={
-                "session": sid,
-                "who": grant.who,
-                "fingerprint": grant.fingerprint,
-                "kind": kind,
-                "duration_s": round(duration_s, 3),
-                "bytes_in": bytes_in,
-                "bytes_out": bytes_out,
-                "reason": why,
-            },
-        )
+target = _fresh_connection(shared.target)
+attempt_live = _fresh_connection(shared.attempt_live)
+record_opened = _fresh_connection(shared.record_opened)
+record_closed = _fresh_connection(shared.record_closed)

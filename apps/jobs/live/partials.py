@@ -305,6 +305,7 @@ def _state_parts(job: Job) -> str:
             "error_banner.html",
             "attempts.html",
             "facts.html",
+            "connect_state.html",  # the Connect panel shows while the job runs
         )
     )
 

@@ -22,16 +22,27 @@ SESSION_TTL_S = 600
 ACCEPT_TTL_S = 120
 CLOSE_LINGER_S = 30
 TAKE_MAX_BYTES = 512 * 1024
+CONNECT_TIMEOUT_S = 5.0
 
 _clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def client() -> aioredis.Redis:
-    """This event loop's client (a connection pool belongs to the loop that made it)."""
+    """This event loop's client (a connection pool belongs to the loop that made it).
+
+    Its reads have no socket timeout: every wait here is a blocking pop bounded by its own
+    timeout (up to runner.protocol.SHELL_WAIT_MAX_S), and redis-py 8's default socket timeout
+    (5 s) cut any longer pop short with a TimeoutError — the runner's long-polls failed and a
+    terminal's quiet session broke after 5 s. (The channel layer reads the same way, for the
+    same reason: config/settings.py.) Connects still time out, and keepalive notices a peer
+    that vanished."""
     loop = asyncio.get_running_loop()
     found = _clients.get(loop)
     if found is None:
-        found = _clients[loop] = aioredis.Redis.from_url(settings.REDIS_URL)
+        options = {"socket_timeout": None, "socket_connect_timeout": CONNECT_TIMEOUT_S}
+        if not settings.REDIS_URL.startswith("unix://"):  # a Unix socket refuses keepalive
+            options["socket_keepalive"] = True
+        found = _clients[loop] = aioredis.Redis.from_url(settings.REDIS_URL, **options)
     return found
 
 

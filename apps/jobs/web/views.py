@@ -7,9 +7,11 @@ below `jobs` and cannot read them: so its view is here and its template is
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http.request import split_domain_port
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_POST
@@ -23,7 +25,8 @@ from apps.jobs.artifacts.files import artifact_response
 from apps.jobs.live import partials
 from apps.jobs.models import Artifact, Job
 from apps.jobs.selectors import job_list
-from apps.jobs.states import JobState
+from apps.jobs.shell.hostkey import gateway_host_key
+from apps.jobs.states import TERMINAL_STATES, JobState
 from apps.jobs.telemetry.log_text import log_text_response
 from apps.projects.models import Project
 
@@ -53,8 +56,31 @@ def job_detail(request: HttpRequest, org_slug: str, job_id: str) -> HttpResponse
         "org": membership.organization,
         "membership": membership,
         "can_write": membership.can(Role.MEMBER),
+        "connect": _connect(request, job, membership),
     }
     return TemplateResponse(request, "jobs/detail.html", context)
+
+
+def _connect(request: HttpRequest, job: Job, membership) -> dict | None:
+    """The Connect panel of a job that has not ended (None for one that has): the SSH
+    command where the gateway runs (SSH_GATEWAY_HOST, else the host this page was asked
+    for), its host key, and whether this person may open the terminal (members, not
+    viewers). The page shows the panel while the job runs."""
+    if job.state in TERMINAL_STATES:
+        return None
+    ssh = None
+    if settings.SSH_GATEWAY_PORT:
+        # The host name without port or IPv6 brackets, as the API's `ssh` object gives it.
+        host = settings.SSH_GATEWAY_HOST or split_domain_port(request.get_host())[0].strip("[]")
+        ssh = {
+            "command": f"ssh -p {settings.SSH_GATEWAY_PORT} {job.public_id}@{host}",
+            "fingerprint": gateway_host_key().fingerprint,
+        }
+    return {
+        "running": job.state == JobState.RUNNING,
+        "ssh": ssh,
+        "can_open": membership.can(Role.MEMBER),
+    }
 
 
 @login_required
