@@ -117,6 +117,7 @@ from runner.protocol import (
     supported,
 )
 from runner.shell import HttpShellTransport, ShellEnv, ShellService
+from runner.shell_spawn import unignore_sighup
 from runner.spec import JobSpec, SpecError
 from runner.spool import Spool
 from runner.workdir import WorkdirError, prepare_workdir
@@ -213,6 +214,7 @@ class Runner:
         signal.signal(signal.SIGINT, self._on_terminate_signal)
         signal.signal(signal.SIGUSR1, self._on_usr1)
         signal.signal(signal.SIGUSR2, self._on_kill_signal)
+        unignore_sighup()
 
     def _stopping(self) -> bool:
         return self._terminate_requested or self._abort is not None

@@ -4,8 +4,9 @@ shell, which SFTP server, and the process itself, on pipes or on a terminal of i
 Every process is the leader of a new session (`start_new_session`), so its group and
 session can be signalled and killed as one without touching the runner's group; it still
 carries the workload's environment, markers included, so `kill_leftovers` finds it too.
-A terminal's child needs the terminal as its controlling one: a `preexec_fn` is unsafe in
-a threaded program, so a tiny Python trampoline takes it (TIOCSCTTY) and execs the shell.
+A terminal's child needs the terminal as its controlling one, and every child its signals
+at their defaults: a `preexec_fn` is unsafe in a threaded program, so a tiny Python
+trampoline does both (TIOCSCTTY for a terminal) and execs the shell.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
+import signal
 import struct
 import subprocess
 import sys
@@ -26,20 +28,37 @@ SYSTEM_SFTP_SERVERS = (
     "/usr/libexec/sftp-server",
     "/usr/lib/sftp-server",
 )
-# argv: [python, -I, -S, -c, TRAMPOLINE, path, argv0, args...]
+# argv: [python, -I, -S, -c, TRAMPOLINE, "pty" | "pipes", path, argv0, args...]
+# A session's process starts with every signal at its default, as under sshd, whatever the
+# runner inherited (under `nohup` SIGHUP is ignored, and an ignored signal stays ignored
+# across exec: a closed session's SIGHUP would then leave it to the SIGKILL).
 TRAMPOLINE = (
     "import fcntl,os,signal,sys,termios\n"
-    "fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
-    # Python ignores SIGPIPE, and an ignored signal stays ignored across exec.
-    "signal.signal(signal.SIGPIPE, signal.SIG_DFL)\n"
-    "signal.signal(signal.SIGXFSZ, signal.SIG_DFL)\n"
+    "if sys.argv[1] == 'pty':\n"
+    "    fcntl.ioctl(0, termios.TIOCSCTTY, 0)\n"
+    "for name in ('SIGHUP','SIGINT','SIGQUIT','SIGTERM','SIGPIPE','SIGXFSZ','SIGTTIN','SIGTTOU'):\n"
+    "    signal.signal(getattr(signal, name), signal.SIG_DFL)\n"
     "try:\n"
-    "    os.execve(sys.argv[1], sys.argv[2:], os.environ)\n"
+    "    os.execve(sys.argv[2], sys.argv[3:], os.environ)\n"
     "except OSError as exc:\n"
-    "    sys.stderr.write(f'{sys.argv[1]}: {exc.strerror}\\r\\n')\n"
+    "    sys.stderr.write(f'{sys.argv[2]}: {exc.strerror}\\r\\n')\n"
     "    os._exit(127)\n"
 )
 _PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def _nothing(signum: int, frame: object) -> None:
+    pass
+
+
+def unignore_sighup() -> None:
+    """Main thread only. A SIGHUP this process ignores (started under `nohup`) becomes a
+    handler that does nothing: the same for this process, but exec resets a handler to the
+    default, while an ignored signal stays ignored. A session's process then dies of the
+    SIGHUP that closes it from its first instant (the trampoline resets it too, but only
+    once it runs)."""
+    if signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, _nothing)
 
 
 def client_env(requested: Mapping[str, object], term: str | None) -> dict[str, str]:
@@ -96,9 +115,9 @@ def spawn_piped(
     executable: str, argv: list[str], env: Mapping[str, str], cwd: str
 ) -> subprocess.Popen:
     """The process with its stdin, stdout and stderr on pipes. Raises OSError."""
+    python = sys.executable or "python3"
     return subprocess.Popen(
-        argv,
-        executable=executable,
+        [python, "-I", "-S", "-c", TRAMPOLINE, "pipes", executable, *argv],
         cwd=cwd,
         env=dict(env),
         stdin=subprocess.PIPE,
@@ -120,7 +139,7 @@ def spawn_pty(
         set_window(master, cols, rows)
         python = sys.executable or "python3"
         proc = subprocess.Popen(
-            [python, "-I", "-S", "-c", TRAMPOLINE, executable, *argv],
+            [python, "-I", "-S", "-c", TRAMPOLINE, "pty", executable, *argv],
             cwd=cwd,
             env=dict(env),
             stdin=slave,

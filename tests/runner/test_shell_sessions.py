@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import queue
+import signal
 import socket
 import struct
 import threading
@@ -37,6 +38,16 @@ from runner.shell import ShellService
 from runner.shell_session import Session, ShellEnv
 
 TIMEOUT_S = 10.0
+
+
+@pytest.fixture(autouse=True)
+def sighup_as_the_runner_has_it():
+    """This process stands in for the runner, which never ignores SIGHUP
+    (`unignore_sighup`), even when the suite runs under `nohup`."""
+    previous = signal.getsignal(signal.SIGHUP)
+    shell_spawn.unignore_sighup()
+    yield
+    signal.signal(signal.SIGHUP, previous)
 
 
 class Pipe:
@@ -224,6 +235,23 @@ def test_close_kills_the_process_and_its_children(where, monkeypatch):
     assert not [pid for pid in pids if procfs.alive(pid)]
     assert pipe.json_of(FRAME_EXIT) == {"signal": "HUP"}
     assert_framed(pipe)
+
+
+def test_a_runner_that_ignores_sighup_still_starts_sessions_that_die_of_it(where, monkeypatch):
+    """Under `nohup` the runner inherits SIGHUP ignored; its sessions start with every signal
+    at its default, as under sshd, so a close ends them with SIGHUP, not the SIGKILL after."""
+    monkeypatch.setattr(shell_session, "CLOSE_GRACE_S", 30.0)
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        pipe, _ = run(where, command="echo ready; sleep 1000")
+        pipe.wait_output(b"\n")
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    began = time.monotonic()
+    pipe.send((FRAME_CLOSE, b'{"message": "bye"}'))
+    pipe.wait_closed()
+    assert pipe.json_of(FRAME_EXIT) == {"signal": "HUP"}
+    assert time.monotonic() - began < 10  # not the grace's SIGKILL
 
 
 def test_a_session_gone_on_the_control_planes_side_is_killed(where):
