@@ -16,14 +16,19 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from apps.jobs.gateway import access
-from apps.jobs.shell.bridge import ShellChannel, ShellUnavailable, open_session, shell_request
+from apps.jobs.shell import access as shared_rules
+from apps.jobs.shell.bridge import (
+    BACKLOG_PAUSE,
+    ShellChannel,
+    ShellUnavailable,
+    open_session,
+    shell_request,
+)
 from runner import protocol
 
 log = logging.getLogger("trainyard.gateway")
 
 RECEIVE_WAIT_S = 15.0
-DOWN_BACKLOG_PAUSE = protocol.SHELL_UP_BACKLOG_MAX  # frames the runner has not taken yet
-DOWN_BACKLOG_RESUME = 8
 CLIENT_ENV = ("LANG", "TERM")
 EXIT_UNAVAILABLE = 255  # what OpenSSH's own client exits with when the far end fails
 
@@ -110,11 +115,9 @@ class Carried:
             item = await self._down.get()
             if item is None:
                 return
-            backlog = await self.channel.send(*item)
-            if backlog > DOWN_BACKLOG_PAUSE:
+            if await self.channel.send(*item) > BACKLOG_PAUSE:
                 self.chan.pause_reading()
-                while await self.channel.backlog() > DOWN_BACKLOG_RESUME and not self.ended:
-                    await asyncio.sleep(0.05)
+                await self.channel.drain(lambda: bool(self.ended))
                 self.chan.resume_reading()
 
     async def _pump_up(self, first: list[tuple[bytes, bytes]]) -> None:
@@ -147,11 +150,7 @@ class Carried:
 
     def over_bounds(self) -> str:
         """Why the gateway should end this session now ("" when it should not)."""
-        if self.bytes_in + self.bytes_out > settings.SSH_SESSION_MAX_BYTES:
-            return f"it carried more than {settings.SSH_SESSION_MAX_BYTES} bytes"
-        if time.monotonic() - self.last_active > settings.SSH_SESSION_IDLE_TIMEOUT_S:
-            return f"it was idle for {settings.SSH_SESSION_IDLE_TIMEOUT_S:g} s"
-        return ""
+        return shared_rules.over_bounds(self.bytes_in + self.bytes_out, self.last_active)
 
     async def end(self, why: str, notify: bool = True) -> None:
         """Close the session once: tell the client why (`notify`), the runner to stop, and

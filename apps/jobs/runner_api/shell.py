@@ -42,13 +42,21 @@ def _wait_of(request: HttpRequest) -> float:
     return min(max(wait, 0.0), protocol.SHELL_WAIT_MAX_S) if wait == wait else 0.0
 
 
-def _live_attempt(request: HttpRequest, job_id: str) -> int | JsonResponse:
+def _checked_nonce(request: HttpRequest) -> str | JsonResponse:
+    """The runner token's nonce (its signature checked), or the answer refusing the call."""
     refusal = protocol_refusal(request)
     if refusal is not None:
         return refusal
     nonce = _nonce(request)
     if nonce is None:
         return _error(401, "unauthenticated", "A valid runner token is required.")
+    return nonce
+
+
+def _live_attempt(request: HttpRequest, job_id: str) -> int | JsonResponse:
+    nonce = _checked_nonce(request)
+    if isinstance(nonce, JsonResponse):
+        return nonce
     attempt = attempts_by_nonce([nonce]).get(nonce)
     refused = attempt_refusal(attempt, job_id)
     if refused is not None:
@@ -69,12 +77,9 @@ async def accept(request: HttpRequest, job_id: str) -> JsonResponse:
 
 
 async def _session_refusal(request: HttpRequest, job_id: str, sid: str) -> JsonResponse | None:
-    refusal = protocol_refusal(request)
-    if refusal is not None:
-        return refusal
-    nonce = _nonce(request)
-    if nonce is None:
-        return _error(401, "unauthenticated", "A valid runner token is required.")
+    nonce = _checked_nonce(request)
+    if isinstance(nonce, JsonResponse):
+        return nonce
     meta = await pipes.meta_of(sid) if len(sid) <= 64 else None
     if meta is None or meta.nonce != nonce or meta.job_id != job_id:
         return _error(404, protocol.ERROR_SESSION_NOT_FOUND, "No such session.")

@@ -7,8 +7,10 @@ Who may hold a grant is the opener's business: the gateway checks keys
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import transaction
 
 from apps.jobs import services
@@ -113,3 +115,14 @@ def record_closed(
                 "reason": why,
             },
         )
+
+
+def over_bounds(bytes_carried: int, last_active: float) -> str:
+    """Why a session should end now, in words for the person in it ("" when it should not):
+    it carried more than SSH_SESSION_MAX_BYTES both ways, or nothing moved since
+    `last_active` (time.monotonic()) for SSH_SESSION_IDLE_TIMEOUT_S."""
+    if bytes_carried > settings.SSH_SESSION_MAX_BYTES:
+        return f"it carried more than {settings.SSH_SESSION_MAX_BYTES} bytes"
+    if time.monotonic() - last_active > settings.SSH_SESSION_IDLE_TIMEOUT_S:
+        return f"it was idle for {settings.SSH_SESSION_IDLE_TIMEOUT_S:g} s"
+    return ""

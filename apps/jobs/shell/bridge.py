@@ -9,6 +9,7 @@ import asyncio
 import json
 import secrets
 import time
+from collections.abc import Callable
 
 from asgiref.sync import sync_to_async
 from django.utils import timezone
@@ -18,6 +19,11 @@ from apps.jobs.shell import pipes
 from runner import protocol
 
 OPENED_POLL_S = 1.0
+# The client's bytes wait for the runner in Redis: past BACKLOG_PAUSE frames not yet taken,
+# the sender stops reading its client until the runner is down to BACKLOG_RESUME.
+BACKLOG_PAUSE = protocol.SHELL_UP_BACKLOG_MAX
+BACKLOG_RESUME = 8
+DRAIN_POLL_S = 0.05
 
 
 class ShellUnavailable(Exception):
@@ -45,6 +51,11 @@ class ShellChannel:
     async def backlog(self) -> int:
         """Frames queued for the workload that its runner has not taken yet."""
         return await pipes.backlog(self.sid, "down")
+
+    async def drain(self, stop: Callable[[], bool]) -> None:
+        """Wait until the runner has taken all but BACKLOG_RESUME frames, or `stop()`."""
+        while await self.backlog() > BACKLOG_RESUME and not stop():
+            await asyncio.sleep(DRAIN_POLL_S)
 
     async def receive(self, wait_s: float) -> list[tuple[bytes, bytes]]:
         """The workload's frames, waiting up to `wait_s` for the first; [] when none came.

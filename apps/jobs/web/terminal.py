@@ -51,7 +51,13 @@ from apps.core.live import (
 )
 from apps.jobs.models import Job
 from apps.jobs.shell import access
-from apps.jobs.shell.bridge import ShellChannel, ShellUnavailable, open_session, shell_request
+from apps.jobs.shell.bridge import (
+    BACKLOG_PAUSE,
+    ShellChannel,
+    ShellUnavailable,
+    open_session,
+    shell_request,
+)
 from runner import protocol
 
 log = logging.getLogger("trainyard.terminal")
@@ -60,8 +66,6 @@ CLOSE_NOT_FOUND = 4404
 CLOSE_NORMAL = 1000
 WATCH_INTERVAL_S = 2.0
 RECEIVE_WAIT_S = 15.0
-DOWN_BACKLOG_PAUSE = protocol.SHELL_UP_BACKLOG_MAX  # frames the runner has not taken yet
-DOWN_BACKLOG_RESUME = 8
 DEFAULT_SIZE = (80, 24)
 MAX_COLS, MAX_ROWS = 1000, 500
 KIND = "a terminal"
@@ -241,9 +245,8 @@ class TerminalConsumer(AsyncWebsocketConsumer):
                 item = await self.down.get()
                 if item is None:
                     return
-                if await self.channel.send(*item) > DOWN_BACKLOG_PAUSE:
-                    while await self.channel.backlog() > DOWN_BACKLOG_RESUME and not self.ended:
-                        await asyncio.sleep(0.05)
+                if await self.channel.send(*item) > BACKLOG_PAUSE:
+                    await self.channel.drain(lambda: bool(self.ended))
         except Exception:  # Redis failed under it: end the session rather than hang it
             log.exception("terminal %s: carrying keystrokes", self.channel.sid)
             await self.end("the control plane lost the session's channel")
@@ -290,17 +293,14 @@ class TerminalConsumer(AsyncWebsocketConsumer):
         while not self.ended:
             await asyncio.sleep(WATCH_INTERVAL_S)
             why = await database_sync_to_async(access.attempt_live)(self.attempt_id)
-            why = why or self._over_bounds() or await self._revoked()
+            why = (
+                why
+                or access.over_bounds(self.bytes_in + self.bytes_out, self.last_active)
+                or await self._revoked()
+            )
             if why:
                 await self.end(why)
                 return
-
-    def _over_bounds(self) -> str:
-        if self.bytes_in + self.bytes_out > settings.SSH_SESSION_MAX_BYTES:
-            return f"it carried more than {settings.SSH_SESSION_MAX_BYTES} bytes"
-        if time.monotonic() - self.last_active > settings.SSH_SESSION_IDLE_TIMEOUT_S:
-            return f"it was idle for {settings.SSH_SESSION_IDLE_TIMEOUT_S:g} s"
-        return ""
 
     async def _revoked(self) -> str:
         """Why the user may no longer hold the session ("" while they may), checked at most
