@@ -32,6 +32,7 @@ hashes and stores a whole upload before it answers.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import gzip
 import http.client
@@ -284,23 +285,11 @@ class ControlClient:
         out.seek(0)
         out.truncate()
         written = 0
-        try:
-            with self._opener.open(req, timeout=max(self.timeout, ARTIFACT_TIMEOUT_S)) as resp:
-                while chunk := resp.read(DOWNLOAD_CHUNK_BYTES):
-                    out.write(chunk)
-                    written += len(chunk)
-        except urllib.error.HTTPError as exc:
-            parsed = _parse_json(_read_error_body(exc))
-            outcome = classify(exc.code, parsed)
-            if outcome is Outcome.OK:  # a 2xx that urllib calls an error: not one of ours
-                outcome = Outcome.RETRY
-            raise _error_for(outcome, f"{where}: HTTP {exc.code}", exc.code, parsed) from None
-        except urllib.error.URLError as exc:
-            raise RetryableError(f"{where}: {exc.reason}") from exc
-        except (socket.timeout, TimeoutError) as exc:  # noqa: UP041 - distinct on 3.9
-            raise RetryableError(f"{where}: timed out") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise RetryableError(f"{where}: {exc!r}") from exc
+        timeout = max(self.timeout, ARTIFACT_TIMEOUT_S)
+        with _call_errors(where), self._opener.open(req, timeout=timeout) as resp:
+            while chunk := resp.read(DOWNLOAD_CHUNK_BYTES):
+                out.write(chunk)
+                written += len(chunk)
         out.flush()
         return written
 
@@ -375,21 +364,28 @@ class ControlClient:
 
     def _bytes_answer(self, req: urllib.request.Request, where: str, timeout: float) -> bytes:
         """A 2xx answer's body as it is; anything else raised as `classify` decides."""
-        try:
-            with self._opener.open(req, timeout=timeout) as resp:
-                return resp.read()
-        except urllib.error.HTTPError as exc:
-            parsed = _parse_json(_read_error_body(exc))
-            outcome = classify(exc.code, parsed)
-            if outcome is Outcome.OK:  # a 2xx that urllib calls an error: not one of ours
-                outcome = Outcome.RETRY
-            raise _error_for(outcome, f"{where}: HTTP {exc.code}", exc.code, parsed) from None
-        except urllib.error.URLError as exc:
-            raise RetryableError(f"{where}: {exc.reason}") from exc
-        except (socket.timeout, TimeoutError) as exc:  # noqa: UP041 - distinct on 3.9
-            raise RetryableError(f"{where}: timed out") from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise RetryableError(f"{where}: {exc!r}") from exc
+        with _call_errors(where), self._opener.open(req, timeout=timeout) as resp:
+            return resp.read()
+
+
+@contextlib.contextmanager
+def _call_errors(where: str):
+    """Raise what a call's failure means to the runner: an HTTP error as `classify` judges
+    its status and body, anything of the connection as a RetryableError."""
+    try:
+        yield
+    except urllib.error.HTTPError as exc:
+        parsed = _parse_json(_read_error_body(exc))
+        outcome = classify(exc.code, parsed)
+        if outcome is Outcome.OK:  # a 2xx that urllib calls an error: not one of ours
+            outcome = Outcome.RETRY
+        raise _error_for(outcome, f"{where}: HTTP {exc.code}", exc.code, parsed) from None
+    except urllib.error.URLError as exc:
+        raise RetryableError(f"{where}: {exc.reason}") from exc
+    except (socket.timeout, TimeoutError) as exc:  # noqa: UP041 - distinct on 3.9
+        raise RetryableError(f"{where}: timed out") from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise RetryableError(f"{where}: {exc!r}") from exc
 
 
 def backoff_delays(initial: float = 0.2, maximum: float = 10.0):
