@@ -181,20 +181,26 @@ class Stack:
         beat.start(self.env())
 
     def start_gateway(self) -> None:
-        """The SSH gateway (`manage.py ssh_gateway`), once: later calls find it running."""
+        """The SSH gateway (`manage.py ssh_gateway`), once: later calls find it running. It
+        starts with the stack, so its port is taken as soon as it was chosen (a port chosen
+        free and bound minutes later may meanwhile be another worker's)."""
         gateway = self._proc("ssh", [sys.executable, str(ROOT / "manage.py"), "ssh_gateway"])
         if gateway.popen is not None and gateway.popen.poll() is None:
             return
+        size = gateway.log.stat().st_size if gateway.log.exists() else 0
         gateway.start(self.env())
-        wait_until(
-            lambda: _listening(self.gateway_port),
-            timeout=30,
-            what=f"SSH gateway\n{gateway.tail()}",
-        )
+
+        def listening() -> bool:
+            if gateway.popen is None or gateway.popen.poll() is not None:
+                raise RuntimeError(f"the SSH gateway exited:\n{gateway.tail()}")
+            return b"SSH gateway listening" in gateway.log.read_bytes()[size:]
+
+        wait_until(listening, timeout=30, what=f"SSH gateway\n{gateway.tail()}")
 
     def start(self) -> None:
         redis.Redis.from_url(self.redis_url).flushdb()
         self.start_web()
+        self.start_gateway()
         self.start_worker()
         self.start_beat()
 
@@ -258,12 +264,6 @@ class Stack:
 
     def logs(self, lines: int = 40) -> str:
         return "\n\n".join(f"== {p.name}\n{p.tail(lines)}" for p in self.procs.values())
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
 def web_answers(url: str) -> bool:
