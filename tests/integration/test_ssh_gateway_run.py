@@ -19,7 +19,9 @@ import requests
 
 from apps.accounts import services as account_services
 from apps.accounts.models import Role
-from apps.jobs.models import JobEvent
+from apps.jobs import services
+from apps.jobs.models import Job, JobEvent
+from apps.jobs.states import TERMINAL_STATES
 from apps.providers.models import Provider
 from tests.factories import MembershipFactory, OrganizationFactory
 from tests.integration.conftest import UNTIL_LET_GO, let_go
@@ -31,9 +33,18 @@ pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serializ
 
 @pytest.fixture
 def podman(live_stack, podman_image) -> str:
+    """The local provider on podman for this test. Its jobs end before the provider goes
+    back to the host runtime: a container job supervised as a host one never ends."""
     Provider.objects.filter(name="local").update(config={"runtime": "podman"})
     live_stack.start_gateway()
     yield podman_image
+    for job in Job.objects.exclude(state__in=TERMINAL_STATES):
+        services.job_terminate(job=job)
+    wait_for(
+        lambda: not Job.objects.exclude(state__in=TERMINAL_STATES).exists(),
+        timeout=60,
+        what="the test's container jobs to end",
+    )
     Provider.objects.filter(name="local").update(config={})
 
 
