@@ -20,6 +20,7 @@ STOP_JOB = "jobs.stop_job"
 ARCHIVE_LOG = "jobs.archive_log"
 RELEASE_ATTEMPT = "jobs.release_attempt"
 JOB_SUCCEEDED = "jobs.job_succeeded"
+JOB_OUTCOME = "jobs.job_outcome"
 TASK_NAMES = (
     DISPATCH_JOB,
     FINALIZE_JOB,
@@ -28,10 +29,11 @@ TASK_NAMES = (
     ARCHIVE_LOG,
     RELEASE_ATTEMPT,
     JOB_SUCCEEDED,
+    JOB_OUTCOME,
 )
 
 
-def _send(name: str, *args: int) -> None:
+def _send(name: str, *args: int | str) -> None:
     current_app.send_task(name, args=list(args))
 
 
@@ -82,3 +84,9 @@ def succeeded_on_commit(job_id: int) -> None:
     """Run the job kind's `succeeded` hook (a fine-tune publishes its adapter to the hub),
     once the caller's writes are visible."""
     after_commit(_send, JOB_SUCCEEDED, job_id)
+
+
+def outcome_on_commit(job_id: int, state: str) -> None:
+    """Tell the apps that listen (`apps.jobs.signals.job_outcome`) that the job reached
+    `state`, once the caller's writes are visible."""
+    after_commit(_send, JOB_OUTCOME, job_id, state)

@@ -10,7 +10,7 @@ import redis
 from django.conf import settings
 
 from apps.core.tasks import trainyard_task
-from apps.jobs import enqueue
+from apps.jobs import enqueue, signals
 from apps.jobs.execution import attempts, capacity, dispatch, stopping, supervision
 from apps.jobs.execution import reconcile as reconcile_loop
 from apps.jobs.kinds import hooks_for
@@ -59,6 +59,21 @@ def job_succeeded(job_id: int) -> None:
     job = Job.objects.filter(pk=job_id, state=JobState.SUCCEEDED).first()
     if job is not None:
         hooks_for(job).succeeded(job)
+
+
+@trainyard_task("jobs.job_outcome")
+def job_outcome(job_id: int, state: str) -> None:
+    """Send `signals.job_outcome` for a job that reached `state` (ended or preempted). Every
+    receiver runs; one that raises is logged, and the task is not retried for it (receivers
+    are idempotent and own their retries)."""
+    job = Job.objects.select_related("organization", "project").filter(pk=job_id).first()
+    if job is None:
+        return
+    for receiver, result in signals.job_outcome.send_robust(sender=Job, job=job, state=state):
+        if isinstance(result, Exception):
+            logger.error(
+                "job %s: %s receiver %r failed", job.public_id, state, receiver, exc_info=result
+            )
 
 
 # A long log takes longer than the default limits (tens of seconds for ten million lines).

@@ -118,6 +118,8 @@ class JobWrite:
             enqueue.archive_log_on_commit(job.pk)  # logs.txt then serves one gzip file
             if to == JobState.SUCCEEDED:
                 enqueue.succeeded_on_commit(job.pk)
+        if states.is_terminal(to) or to == JobState.PREEMPTED:
+            enqueue.outcome_on_commit(job.pk, to)
         self._state_changed = True
         return self.event(
             type=JobEventType.STATE_CHANGED,
