@@ -27,7 +27,9 @@ def _outcomes(client: redis.Redis, job_id: int) -> list[str]:
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_an_ended_or_preempted_job_queues_its_outcome_after_commit_only(
-    org, settings, queue_left_alone  # noqa: F811
+    org,
+    settings,
+    queue_left_alone,  # noqa: F811
 ):
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     failed = make_job(org)
