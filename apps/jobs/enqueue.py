@@ -87,6 +87,6 @@ def succeeded_on_commit(job_id: int) -> None:
 
 
 def outcome_on_commit(job_id: int, state: str) -> None:
-    """Tell the apps that listen (`apps.jobs.signals.job_outcome`) that the job reached
-    `state`, once the caller's writes are visible."""
+    """Have the apps above act on the job having reached `state` (`apps.jobs.outcomes`),
+    once the caller's writes are visible."""
     after_commit(_send, JOB_OUTCOME, job_id, state)

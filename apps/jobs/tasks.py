@@ -10,7 +10,7 @@ import redis
 from django.conf import settings
 
 from apps.core.tasks import trainyard_task
-from apps.jobs import enqueue, signals
+from apps.jobs import enqueue, outcomes
 from apps.jobs.execution import attempts, capacity, dispatch, stopping, supervision
 from apps.jobs.execution import reconcile as reconcile_loop
 from apps.jobs.kinds import hooks_for
@@ -63,17 +63,11 @@ def job_succeeded(job_id: int) -> None:
 
 @trainyard_task("jobs.job_outcome")
 def job_outcome(job_id: int, state: str) -> None:
-    """Send `signals.job_outcome` for a job that reached `state` (ended or preempted). Every
-    receiver runs; one that raises is logged, and the task is not retried for it (receivers
-    are idempotent and own their retries)."""
+    """Call the outcome hooks of the apps above (`outcomes.OUTCOME_HOOKS`) for a job that
+    reached `state` (ended or preempted); safe to run twice (the hooks' own promise)."""
     job = Job.objects.select_related("organization", "project").filter(pk=job_id).first()
-    if job is None:
-        return
-    for receiver, result in signals.job_outcome.send_robust(sender=Job, job=job, state=state):
-        if isinstance(result, Exception):
-            logger.error(
-                "job %s: %s receiver %r failed", job.public_id, state, receiver, exc_info=result
-            )
+    if job is not None:
+        outcomes.notify(job, state)
 
 
 # A long log takes longer than the default limits (tens of seconds for ten million lines).

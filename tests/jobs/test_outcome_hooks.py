@@ -1,6 +1,6 @@
-"""`apps.jobs.signals.job_outcome`: what sweeps and webhooks listen to. An ended or preempted
+"""`apps.jobs.outcomes`: how sweeps and webhooks learn that a job ended. An ended or preempted
 job queues `jobs.job_outcome` after its write commits (a rolled-back one queues nothing), and
-that task sends the signal to every receiver, one failing receiver not stopping the rest."""
+that task calls every outcome hook, one failing hook not stopping the rest."""
 
 import json
 
@@ -8,7 +8,7 @@ import pytest
 import redis
 from django.db import transaction
 
-from apps.jobs import services, signals, tasks
+from apps.jobs import outcomes, services, tasks
 from apps.jobs.states import JobState
 from tests.jobs.helpers import make_job
 from tests.jobs.test_enqueue import queue_left_alone  # noqa: F401
@@ -50,24 +50,27 @@ def test_an_ended_or_preempted_job_queues_its_outcome_after_commit_only(
     assert _outcomes(client, still_running.pk) == []
 
 
+def broken_hook(job, state):
+    raise RuntimeError("a hook's bug")
+
+
+heard: list[tuple[str, str]] = []
+
+
+def listening_hook(job, state):
+    heard.append((job.public_id, state))
+
+
 @pytest.mark.django_db
-def test_the_task_sends_the_signal_to_every_receiver_even_past_a_failing_one(org):
+def test_the_task_calls_every_hook_even_past_a_failing_one(org, monkeypatch):
     job = make_job(org, state=JobState.FAILED)
-    heard = []
+    here = __name__
+    monkeypatch.setattr(
+        outcomes, "OUTCOME_HOOKS", [f"{here}.broken_hook", f"{here}.listening_hook"]
+    )
+    heard.clear()
 
-    def broken(sender, job, state, **kwargs):
-        raise RuntimeError("a receiver's bug")
-
-    def listening(sender, job, state, **kwargs):
-        heard.append((job.public_id, state))
-
-    signals.job_outcome.connect(broken, weak=False)
-    signals.job_outcome.connect(listening, weak=False)
-    try:
-        tasks.job_outcome(job.pk, JobState.FAILED)
-        tasks.job_outcome(10**12, JobState.FAILED)  # a job deleted since: nothing sent
-    finally:
-        signals.job_outcome.disconnect(broken)
-        signals.job_outcome.disconnect(listening)
+    tasks.job_outcome(job.pk, JobState.FAILED)
+    tasks.job_outcome(10**12, JobState.FAILED)  # a job deleted since: no hook called
 
     assert heard == [(job.public_id, "failed")]
