@@ -80,6 +80,9 @@ def _send(delivery: Delivery) -> tuple[int | None, str]:
         response = transport.post(target, body, headers, timeout_s=settings.WEBHOOK_TIMEOUT_S)
     except httpx.HTTPError as exc:
         return None, f"{type(exc).__name__}: {exc}"[:500]
+    except Exception:  # recorded as a failed attempt (and retried), never lost with the task
+        logger.exception("webhook delivery %s: sending failed", delivery.public_id)
+        return None, "Internal error while sending; it is retried."
     if 200 <= response.status_code < 300:
         return response.status_code, ""
     return response.status_code, f"HTTP {response.status_code}: {response.excerpt[:300]}"

@@ -46,12 +46,15 @@ def post(target: Target, body: bytes, headers: dict[str, str], *, timeout_s: flo
             headers={**headers, "Host": host_header},
             extensions={"sni_hostname": target.host},
         )
-        with client.send(request, stream=True) as response:
+        response = client.send(request, stream=True)
+        try:
             excerpt = b""
             for chunk in response.iter_bytes():
                 excerpt += chunk
                 if len(excerpt) >= KEEP_RESPONSE_BYTES:
                     break
+        finally:
+            response.close()
     return Response(
         status_code=response.status_code,
         excerpt=excerpt[:KEEP_RESPONSE_BYTES].decode("utf-8", "replace"),

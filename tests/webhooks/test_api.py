@@ -46,9 +46,7 @@ def test_rotating_the_secret_answers_a_new_one_and_patch_changes_only_what_it_na
     created = _create(client).json()
 
     rotated = client.post(f"/api/v1/webhooks/{created['id']}/rotate-secret")
-    patched = client.patch(
-        f"/api/v1/webhooks/{created['id']}", {"enabled": False}, format="json"
-    )
+    patched = client.patch(f"/api/v1/webhooks/{created['id']}", {"enabled": False}, format="json")
 
     assert rotated.status_code == 200
     assert rotated.json()["secret"].startswith("whsec_")
