@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.dispatch import receiver
 
 from apps.billing.signals import budget_threshold
+from apps.jobs.models import Job
 from apps.jobs.signals import job_outcome
 from apps.jobs.states import JobState
 from apps.serving import selectors as serving_selectors
@@ -37,11 +38,11 @@ def on_job_outcome(sender, job, state: str, **kwargs) -> None:
         key=f"job:{job.public_id}:{state}:{job.attempt_count}",
         data=envelopes.job_data(job, state),
     )
-    if job.kind == "serve" and state != JobState.PREEMPTED:
+    if job.kind == Job.Kind.SERVE and state != JobState.PREEMPTED:
         _serve_job_ended(job)
 
 
-def _serve_job_ended(job) -> None:
+def _serve_job_ended(job: Job) -> None:
     """An endpoint whose serve job ended without being stopped has failed."""
     endpoint = Endpoint.objects.select_related("organization", "job").filter(job=job).first()
     if endpoint is None or serving_selectors.endpoint_state(endpoint) != Endpoint.State.FAILED:

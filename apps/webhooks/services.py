@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.models import Organization, User
-from apps.core.crypto import decrypt_data, encrypt_data
+from apps.core.crypto import SecretUndecryptable, decrypt_data, encrypt_data, rotate_token
 from apps.core.errors import InvalidRequest
 from apps.core.transactions import after_commit
 from apps.webhooks import enqueue, envelopes, targets
@@ -96,6 +96,31 @@ def webhook_rotate_secret(*, webhook: Webhook) -> tuple[Webhook, str]:
     webhook.updated_at = timezone.now()
     webhook.save(update_fields=["secret_ciphertext", "updated_at"])
     return webhook, secret
+
+
+def webhook_secrets_reencrypt() -> tuple[int, list[Webhook]]:
+    """Re-encrypt every webhook's secret with the newest key of SECRETS_KEYS: how many, and
+    the webhooks whose secret no key opens (left as they are). Each row is locked while it
+    is rewritten, so a rotation of its secret racing with this is never undone."""
+    rotated, undecryptable = 0, []
+    for pk in Webhook.objects.values_list("pk", flat=True):
+        with transaction.atomic():
+            webhook = (
+                Webhook.objects.select_for_update(of=("self",))
+                .select_related("organization")
+                .filter(pk=pk)
+                .first()
+            )
+            if webhook is None:
+                continue
+            try:
+                token = rotate_token(webhook.secret_ciphertext)
+            except SecretUndecryptable:
+                undecryptable.append(webhook)
+                continue
+            Webhook.objects.filter(pk=pk).update(secret_ciphertext=token)
+            rotated += 1
+    return rotated, undecryptable
 
 
 def webhook_delete(*, webhook: Webhook) -> None:

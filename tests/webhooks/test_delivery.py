@@ -9,6 +9,8 @@ import time
 from datetime import timedelta
 
 import pytest
+from cryptography.fernet import Fernet
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from apps.jobs import tasks as job_tasks
@@ -165,3 +167,23 @@ def test_the_sweep_queues_only_pending_deliveries_that_are_due(org, loopback_all
 
     assert delivery.sweep() == 1
     assert Delivery.objects.get(pk=due.pk).status == "pending"
+
+
+def test_key_rotation_re_encrypts_webhook_secrets_and_signing_still_uses_them(
+    org, other_org, settings
+):
+    webhook, secret = _webhook(org, "http://93.184.216.34/hook")
+    lost, _ = _webhook(other_org, "http://93.184.216.34/hook")
+    old_key = settings.SECRETS_KEYS[0]
+    new_key = Fernet.generate_key().decode()
+    Webhook.objects.filter(pk=lost.pk).update(
+        secret_ciphertext=Fernet(Fernet.generate_key()).encrypt(b"{}").decode()
+    )
+    settings.SECRETS_KEYS = [new_key, old_key]
+
+    with pytest.raises(CommandError, match="1 webhook secrets could not be decrypted"):
+        call_command("rotate_webhook_secrets")
+
+    settings.SECRETS_KEYS = [new_key]  # the old key dropped: the rotated secret still opens
+    webhook.refresh_from_db()
+    assert services.webhook_secret(webhook) == secret
