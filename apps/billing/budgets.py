@@ -17,7 +17,8 @@ spend approaches them.
   budget on the whole organization.
 - Each threshold (default 50, 80 and 100 %) is noticed once per budget and period: a
   `BudgetNotice` row (the unique constraint decides between racing passes), then an email
-  to the organization's admins and a push to its Billing page, after commit.
+  to the organization's admins, a push to its Billing page and `signals.budget_threshold`
+  (what webhooks hear), after commit.
 """
 
 from __future__ import annotations

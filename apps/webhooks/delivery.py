@@ -66,17 +66,17 @@ def _send(delivery: Delivery) -> tuple[int | None, str]:
         target = targets.vet(webhook.url)
     except ApiError as exc:
         return None, f"{exc.error_type}: {exc.detail}"
-    body = envelopes.body_bytes(delivery.payload, webhook.format)
-    headers = {
-        "Content-Type": "application/json",
-        "User-Agent": USER_AGENT,
-        "Trainyard-Event": delivery.event_type,
-        "Trainyard-Delivery": delivery.public_id,
-        "Trainyard-Signature": signing.signature_header(
-            webhook_secret(webhook), int(time.time()), body
-        ),
-    }
     try:
+        body = envelopes.body_bytes(delivery.payload, webhook.format)
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "Trainyard-Event": delivery.event_type,
+            "Trainyard-Delivery": delivery.public_id,
+            "Trainyard-Signature": signing.signature_header(
+                webhook_secret(webhook), int(time.time()), body
+            ),
+        }
         response = transport.post(target, body, headers, timeout_s=settings.WEBHOOK_TIMEOUT_S)
     except httpx.HTTPError as exc:
         return None, f"{type(exc).__name__}: {exc}"[:500]
