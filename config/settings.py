@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     "apps.playground",
     "apps.secrets",
     "apps.workdirs",
+    "apps.webhooks",
 ]
 
 MIDDLEWARE = [
@@ -445,6 +446,17 @@ TRAINYARD_CLOCK_SCALE = env_float("TRAINYARD_CLOCK_SCALE", 1.0)
 # so a test can kill the worker at exactly that point. 0 (off) everywhere else.
 TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S = env_float("TRAINYARD_FAULT_PAUSE_AFTER_ALLOCATE_S", 0.0)
 
+# Webhooks (apps.webhooks, docs/webhooks.md). A failed delivery is retried after
+# WEBHOOK_RETRY_BASE_S, then twice as long each time (capped at WEBHOOK_RETRY_MAX_S), until
+# WEBHOOK_RETRY_WINDOW_S after the event. Targets on loopback, private, link-local and other
+# non-public addresses are refused unless WEBHOOK_ALLOW_PRIVATE_TARGETS is on.
+WEBHOOK_ALLOW_PRIVATE_TARGETS = env_bool("WEBHOOK_ALLOW_PRIVATE_TARGETS", False)
+WEBHOOK_TIMEOUT_S = env_float("WEBHOOK_TIMEOUT_S", 10.0)
+WEBHOOK_RETRY_BASE_S = env_float("WEBHOOK_RETRY_BASE_S", 30.0)
+WEBHOOK_RETRY_MAX_S = env_float("WEBHOOK_RETRY_MAX_S", 3600.0)
+WEBHOOK_RETRY_WINDOW_S = env_float("WEBHOOK_RETRY_WINDOW_S", 86400.0)
+WEBHOOK_SWEEP_INTERVAL_S = env_float("WEBHOOK_SWEEP_INTERVAL_S", 30.0)
+
 # How often beat recomputes the ledger's cached balances from its transfers and logs any
 # difference (apps.billing.tasks.audit_ledger).
 LEDGER_AUDIT_INTERVAL_S = env_float("LEDGER_AUDIT_INTERVAL_S", 3600.0)
@@ -465,6 +477,8 @@ CELERY_BEAT_SCHEDULE = {
     "playground-idle": _every("playground.stop_idle", SERVING_SYNC_INTERVAL_S),
     "workdirs-expire": _every("workdirs.expire", WORKDIR_EXPIRE_INTERVAL_S),
     "hub-gc": _every("hub.collect_garbage", HUB_GC_INTERVAL_S),
+    # Webhook deliveries whose retry is due (short waits are also queued with a countdown).
+    "webhooks-sweep": _every("webhooks.sweep", WEBHOOK_SWEEP_INTERVAL_S),
 }
 
 LOGGING = {

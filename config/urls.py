@@ -22,6 +22,7 @@ urlpatterns = [
     path("", include("apps.serving.web.urls")),
     path("", include("apps.playground.urls")),
     path("", include("apps.hub.urls")),
+    path("", include("apps.webhooks.urls")),
     # The REST API: each app's `api_urls.py` (or `api/urls.py`), with its full sub-paths.
     path("api/v1/", include("apps.projects.api_urls")),
     path("api/v1/", include("apps.finetunes.api_urls")),
@@ -31,6 +32,7 @@ urlpatterns = [
     path("api/v1/", include("apps.workdirs.api_urls")),
     path("api/v1/", include("apps.jobs.api.urls")),
     path("api/v1/", include("apps.billing.api_urls")),
+    path("api/v1/", include("apps.webhooks.api_urls")),
     # What runners call: `runner_urls.py` (or `runner_api/urls.py`).
     path("api/v1/runner/", include("apps.jobs.runner_api.urls")),
     path("api/v1/runner/", include("apps.finetunes.runner_urls")),

@@ -36,7 +36,7 @@ from apps.jobs import services as job_services
 from apps.jobs.artifacts.store import artifact_pk
 from apps.jobs.models import Artifact, Job
 from apps.projects.models import Project
-from apps.serving import adapters, engine_client, enqueue, live, payloads
+from apps.serving import adapters, engine_client, enqueue, live, payloads, signals
 from apps.serving.engine_client import EngineAddress, EngineRefused, EngineUnavailable
 from apps.serving.models import Endpoint, EndpointRequest, EndpointRevision, Promotion
 from runner.protocol import hub_reference
@@ -419,6 +419,7 @@ def _fail(revision: EndpointRevision, message: str) -> None:
         state=EndpointRevision.State.FAILED, error_message=message[:2000], loaded_on_attempt=None
     )
     after_commit(live.endpoint_changed, revision.endpoint_id)
+    after_commit(_tell_failed, revision.pk, message)
 
 
 def _promote(endpoint: Endpoint, revision: EndpointRevision) -> None:
@@ -449,6 +450,19 @@ def _promote(endpoint: Endpoint, revision: EndpointRevision) -> None:
             at=now,
         )
         after_commit(live.endpoint_changed, locked.pk)
+        after_commit(_tell_ready, revision.pk)
+
+
+def _tell_ready(revision_id: int) -> None:
+    revision = EndpointRevision.objects.select_related("endpoint").get(pk=revision_id)
+    signals.send(signals.endpoint_ready, endpoint=revision.endpoint, revision=revision)
+
+
+def _tell_failed(revision_id: int, message: str) -> None:
+    revision = EndpointRevision.objects.select_related("endpoint").get(pk=revision_id)
+    signals.send(
+        signals.endpoint_failed, endpoint=revision.endpoint, revision=revision, message=message
+    )
 
 
 def _unload_unwanted(endpoint: Endpoint, address: EngineAddress, loaded: set[str]) -> None:
