@@ -17,7 +17,7 @@ spend approaches them.
   budget on the whole organization.
 - Each threshold (default 50, 80 and 100 %) is noticed once per budget and period: a
   `BudgetNotice` row (the unique constraint decides between racing passes), then an email
-  to the organization's admins, a push to its Billing page and `signals.budget_threshold`
+  to the organization's admins, a push to its Billing page and `threshold_hooks`
   (what webhooks hear), after commit.
 """
 
@@ -35,7 +35,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from apps.accounts.models import Membership, Role
-from apps.billing import ledger, live, signals
+from apps.billing import ledger, live, threshold_hooks
 from apps.billing.errors import BudgetExceeded
 from apps.billing.models import Budget, BudgetNotice, Transfer
 from apps.billing.usage import burn_micros_hr, burn_rates, cost_micros
@@ -314,10 +314,4 @@ def _announce(notice_id: int) -> None:
         except Exception:  # mail is best effort; the notice stands on the Billing page
             logger.warning("mailing budget notice %s failed", notice_id, exc_info=True)
     live.notice(notice.organization_id, notice.pk)
-    for receiver, result in signals.budget_threshold.send_robust(
-        sender=BudgetNotice, notice=notice
-    ):
-        if isinstance(result, Exception):
-            logger.error(
-                "budget notice %s: receiver %r failed", notice_id, receiver, exc_info=result
-            )
+    threshold_hooks.tell(notice)

@@ -1,6 +1,5 @@
-"""Hooks of the apps above `jobs` that act when a job reaches an outcome (sweeps advance,
-webhooks deliver), found by dotted path as the job kinds are (`kinds.KIND_HOOKS`): `jobs`
-imports nothing of them, and no Django signal runs between our apps.
+"""Hooks of the apps above `jobs` that act when a job reaches an outcome (webhooks deliver,
+sweeps advance), found by dotted path (`apps.core.hooks`): `jobs` imports nothing of them.
 
 `notify` is called by the `jobs.job_outcome` task, in a Celery worker, after the write that
 moved the job has committed: never inside the request or the transaction that moved it. It
@@ -15,21 +14,14 @@ and the state it reached (which it may have left since: a preempted job is reque
 
 from __future__ import annotations
 
-import logging
-
-from django.utils.module_loading import import_string
-
+from apps.core.hooks import call_hooks
 from apps.jobs.models import Job
 
-logger = logging.getLogger(__name__)
-
-OUTCOME_HOOKS: list[str] = []
+OUTCOME_HOOKS: list[str] = [
+    "apps.webhooks.hooks.job_outcome",
+]
 
 
 def notify(job: Job, state: str) -> None:
     """Call every outcome hook for `job` having reached `state`."""
-    for path in OUTCOME_HOOKS:
-        try:
-            import_string(path)(job=job, state=state)
-        except Exception:
-            logger.exception("job %s: outcome hook %s failed for %s", job.public_id, path, state)
+    call_hooks(OUTCOME_HOOKS, f"job {job.public_id} {state}", job=job, state=state)

@@ -36,7 +36,7 @@ from apps.jobs import services as job_services
 from apps.jobs.artifacts.store import artifact_pk
 from apps.jobs.models import Artifact, Job
 from apps.projects.models import Project
-from apps.serving import adapters, engine_client, enqueue, live, payloads, signals
+from apps.serving import adapters, endpoint_hooks, engine_client, enqueue, live, payloads
 from apps.serving.engine_client import EngineAddress, EngineRefused, EngineUnavailable
 from apps.serving.models import Endpoint, EndpointRequest, EndpointRevision, Promotion
 from runner.protocol import hub_reference
@@ -455,14 +455,12 @@ def _promote(endpoint: Endpoint, revision: EndpointRevision) -> None:
 
 def _tell_ready(revision_id: int) -> None:
     revision = EndpointRevision.objects.select_related("endpoint").get(pk=revision_id)
-    signals.send(signals.endpoint_ready, endpoint=revision.endpoint, revision=revision)
+    endpoint_hooks.ready(revision.endpoint, revision)
 
 
 def _tell_failed(revision_id: int, message: str) -> None:
     revision = EndpointRevision.objects.select_related("endpoint").get(pk=revision_id)
-    signals.send(
-        signals.endpoint_failed, endpoint=revision.endpoint, revision=revision, message=message
-    )
+    endpoint_hooks.failed(revision.endpoint, revision, message)
 
 
 def _unload_unwanted(endpoint: Endpoint, address: EngineAddress, loaded: set[str]) -> None:

@@ -2,9 +2,7 @@ from django.apps import AppConfig
 
 
 class WebhooksConfig(AppConfig):
+    # Its hooks (apps/webhooks/hooks.py) are named by dotted path where jobs, billing and
+    # serving call them: nothing to connect here.
     name = "apps.webhooks"
     label = "webhooks"
-
-    def ready(self) -> None:
-        # Connects the receivers of the signals jobs, billing and serving send.
-        from apps.webhooks import receivers  # noqa: F401

@@ -40,7 +40,7 @@ def test_a_failed_job_is_delivered_once_signed_with_the_webhooks_secret(org, loo
     job = make_job(org)
     with loopback_receiver([204]) as receiver:
         webhook, secret = _webhook(org, receiver.url)
-        job_tasks.job_outcome(job.pk, JobState.FAILED)  # the real signal, as the worker sends it
+        job_tasks.job_outcome(job.pk, JobState.FAILED)  # the outcome task, as the worker runs it
         job_tasks.job_outcome(job.pk, JobState.FAILED)  # told twice: still one delivery
         (sent,) = Delivery.objects.filter(webhook=webhook)
         delivery.attempt(sent.pk)

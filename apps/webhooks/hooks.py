@@ -1,21 +1,17 @@
-"""What the webhooks app hears from the apps below it, turned into published events.
+"""The hooks jobs, billing and serving call by dotted path (`apps.jobs.outcomes`,
+`apps.billing.threshold_hooks`, `apps.serving.endpoint_hooks`), turned into published events.
 
-Each receiver keys its event on what happened (the job and the state it reached at that
-attempt, the budget notice, the endpoint's revision), so a signal told twice publishes one
+Each hook keys its event on what happened (the job and the state it reached at that
+attempt, the budget notice, the endpoint's revision), so an outcome told twice publishes one
 event (`services.event_publish` writes one delivery per webhook and event).
 """
 
 from __future__ import annotations
 
-from django.dispatch import receiver
-
-from apps.billing.signals import budget_threshold
 from apps.jobs.models import Job
-from apps.jobs.signals import job_outcome
 from apps.jobs.states import JobState
 from apps.serving import selectors as serving_selectors
 from apps.serving.models import Endpoint
-from apps.serving.signals import endpoint_failed, endpoint_ready
 from apps.webhooks import envelopes, services
 from apps.webhooks.events import EventType
 
@@ -27,8 +23,8 @@ JOB_EVENTS = {
 }
 
 
-@receiver(job_outcome, dispatch_uid="webhooks.job_outcome")
-def on_job_outcome(sender, job, state: str, **kwargs) -> None:
+def job_outcome(*, job: Job, state: str) -> None:
+    """`apps.jobs.outcomes` hook."""
     event_type = JOB_EVENTS.get(state)
     if event_type is None:
         return
@@ -57,8 +53,8 @@ def _serve_job_ended(job: Job) -> None:
     )
 
 
-@receiver(budget_threshold, dispatch_uid="webhooks.budget_threshold")
-def on_budget_threshold(sender, notice, **kwargs) -> None:
+def budget_threshold(*, notice) -> None:
+    """`apps.billing.threshold_hooks` hook."""
     services.event_publish(
         organization=notice.organization,
         event_type=EventType.BUDGET_THRESHOLD,
@@ -68,8 +64,8 @@ def on_budget_threshold(sender, notice, **kwargs) -> None:
     )
 
 
-@receiver(endpoint_ready, dispatch_uid="webhooks.endpoint_ready")
-def on_endpoint_ready(sender, endpoint, revision, **kwargs) -> None:
+def endpoint_ready(*, endpoint: Endpoint, revision) -> None:
+    """`apps.serving.endpoint_hooks` hook."""
     services.event_publish(
         organization=endpoint.organization,
         event_type=EventType.ENDPOINT_READY,
@@ -78,8 +74,8 @@ def on_endpoint_ready(sender, endpoint, revision, **kwargs) -> None:
     )
 
 
-@receiver(endpoint_failed, dispatch_uid="webhooks.endpoint_failed")
-def on_endpoint_failed(sender, endpoint, revision, message: str = "", **kwargs) -> None:
+def endpoint_failed(*, endpoint: Endpoint, revision, message: str = "") -> None:
+    """`apps.serving.endpoint_hooks` hook."""
     services.event_publish(
         organization=endpoint.organization,
         event_type=EventType.ENDPOINT_FAILED,
