@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "apps.jobs",
     "apps.hub",
     "apps.finetunes",
+    "apps.sweeps",
     "apps.serving",
     "apps.playground",
     "apps.secrets",
@@ -465,6 +466,8 @@ CELERY_BEAT_SCHEDULE = {
     "playground-idle": _every("playground.stop_idle", SERVING_SYNC_INTERVAL_S),
     "workdirs-expire": _every("workdirs.expire", WORKDIR_EXPIRE_INTERVAL_S),
     "hub-gc": _every("hub.collect_garbage", HUB_GC_INTERVAL_S),
+    # The safety net of sweeps (a lost outcome) and what stops one at its cost cap.
+    "sweeps-reconcile": _every("sweeps.reconcile", RECONCILE_INTERVAL_S),
 }
 
 LOGGING = {
