@@ -1,5 +1,6 @@
 """`/api/v1/projects/{id}/sweeps`: create and list a project's sweeps, read one with its
-trials, cancel one. One view per operation; each calls one service or selector."""
+trials, cancel one (also at `/api/v1/sweeps/{sweep_id}`, by the sweep's id alone). One view per
+operation; each calls one service or selector."""
 
 from __future__ import annotations
 
@@ -80,8 +81,8 @@ class SweepDetailView(ComputeView):
         summary="A sweep with its trials and the best one",
         operation_id="projects_sweeps_get",
     )
-    def get(self, request, project_id: str, sweep_id: str):
-        project = _project(request, project_id)
+    def get(self, request, sweep_id: str, project_id: str | None = None):
+        project = _project(request, project_id) if project_id else None
         view = selectors.sweep_for_org(caller(request).organization, sweep_id, project=project)
         return Response(SweepOut(view).data)
 
@@ -93,9 +94,30 @@ class SweepCancelView(ComputeView):
         summary="Cancel a sweep: terminate its active trials, skip the rest (idempotent)",
         operation_id="projects_sweeps_cancel",
     )
-    def post(self, request, project_id: str, sweep_id: str):
-        project = _project(request, project_id)
+    def post(self, request, sweep_id: str, project_id: str | None = None):
+        project = _project(request, project_id) if project_id else None
         organization = caller(request).organization
         view = selectors.sweep_for_org(organization, sweep_id, project=project)
         services.sweep_cancel(sweep=view.sweep)
         return Response(SweepOut(selectors.sweep_for_org(organization, sweep_id)).data)
+
+
+class SweepByIdView(SweepDetailView):
+    @extend_schema(
+        responses=SweepOut,
+        summary="A sweep by its id alone",
+        operation_id="sweeps_get",
+    )
+    def get(self, request, sweep_id: str):
+        return super().get(request, sweep_id)
+
+
+class SweepByIdCancelView(SweepCancelView):
+    @extend_schema(
+        request=None,
+        responses=SweepOut,
+        summary="Cancel a sweep by its id alone (idempotent)",
+        operation_id="sweeps_cancel",
+    )
+    def post(self, request, sweep_id: str):
+        return super().post(request, sweep_id)

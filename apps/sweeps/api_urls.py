@@ -18,4 +18,9 @@ urlpatterns = [
         api.SweepCancelView.as_view(),
         name="api-project-sweep-cancel",
     ),
+    # The same sweep by its id alone (the command line's `sweep show` and `sweep cancel`).
+    path("sweeps/<str:sweep_id>", api.SweepByIdView.as_view(), name="api-sweep"),
+    path(
+        "sweeps/<str:sweep_id>/cancel", api.SweepByIdCancelView.as_view(), name="api-sweep-cancel"
+    ),
 ]

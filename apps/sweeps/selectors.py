@@ -26,6 +26,7 @@ class TrialView:
     cost_micros: int
     error: str
     best: bool = False
+    ordered_values: list = field(default_factory=list)  # in the order of the sweep's params
 
     @property
     def cost_usd(self) -> float:
@@ -112,4 +113,5 @@ def _trial_view(sweep: Sweep, trial: Trial) -> TrialView:
         metric=metric,
         cost_micros=job.accrued_micros if job is not None else 0,
         error=trial.error,
+        ordered_values=[trial.values.get(path) for path in sweep.params],
     )
