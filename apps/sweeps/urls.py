@@ -9,6 +9,11 @@ urlpatterns = [
         name="project-sweeps",
     ),
     path(
+        "o/<slug:org_slug>/projects/<slug:project_slug>/sweeps/new/",
+        views.sweep_new,
+        name="sweep-new",
+    ),
+    path(
         "o/<slug:org_slug>/projects/<slug:project_slug>/sweeps/<str:sweep_id>/",
         views.sweep_detail,
         name="sweep-detail",

@@ -1,6 +1,6 @@
 """Sweep pages: a project's sweeps (one row each: progress and the best trial so far) and
-one sweep (its trials, the best highlighted, a link to compare them). Sweeps are created
-from the API or `trainyard sweep create`; the page can cancel one."""
+one sweep (its trials, the best highlighted, a link to compare them), the New sweep form
+and cancel. The form calls the service the API calls, so it refuses the same things."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.models import Membership, Role
 from apps.accounts.tenancy import membership_for_slug
-from apps.core.errors import NotFound
+from apps.core.errors import ApiError, NotFound
 from apps.projects.models import Project
 from apps.sweeps import selectors, services
+from apps.sweeps.forms import SweepForm
 from apps.sweeps.selectors import SweepView
 
 
@@ -50,8 +51,42 @@ def project_sweeps(request: HttpRequest, org_slug: str, project_slug: str) -> Ht
         "membership": membership,
         "project": project,
         "sweeps": selectors.sweeps_of_project(project),
+        "can_write": membership.can(Role.MEMBER),
     }
     return TemplateResponse(request, "sweeps/sweep_list.html", context)
+
+
+@login_required
+def sweep_new(request: HttpRequest, org_slug: str, project_slug: str) -> HttpResponse:
+    """The New sweep form; a refused sweep re-renders it with the error at its field,
+    answered 400."""
+    membership = membership_for_slug(request.user, org_slug)
+    if not membership.can(Role.MEMBER):
+        raise PermissionDenied("Viewers cannot start sweeps.")
+    project = _project(membership, project_slug)
+    form = SweepForm(request.POST or None)
+    status = 200
+    if request.method == "POST":
+        status = 400
+        if form.is_valid():
+            try:
+                created = services.sweep_create(
+                    organization=membership.organization,
+                    project=project,
+                    body=form.body(),
+                    created_by=request.user,
+                )
+            except ApiError as error:
+                form.add_api_error(error.param, str(error.detail))
+            else:
+                return redirect(
+                    "sweep-detail",
+                    org_slug=org_slug,
+                    project_slug=project.slug,
+                    sweep_id=created.sweep.public_id,
+                )
+    context = {"org": membership.organization, "project": project, "form": form}
+    return TemplateResponse(request, "sweeps/sweep_form.html", context, status=status)
 
 
 @login_required

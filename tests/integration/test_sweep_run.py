@@ -55,7 +55,7 @@ def test_a_two_by_two_sweep_runs_four_finetunes_two_at_a_time_and_names_the_best
                 "dataset_format": "alpaca",
                 "save_steps": 100,
             },
-            "params": {"learning_rate": [3e-3, 6e-3], "max_steps": [4, 8]},
+            "params": {"learning_rate": [3e-3, 6e-3], "max_steps": [2, 4]},
             "concurrency": 2,
         },
     )

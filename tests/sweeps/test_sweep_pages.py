@@ -27,7 +27,7 @@ def sweep(org, project, member) -> Sweep:
 
 def _url(org, project, sweep=None, suffix=""):
     base = f"/o/{org.slug}/projects/{project.slug}/sweeps/"
-    return f"{base}{sweep.public_id}/{suffix}" if sweep else base
+    return f"{base}{sweep.public_id}/{suffix}" if sweep else f"{base}{suffix}"
 
 
 def test_the_project_lists_its_sweeps_with_progress_and_the_best(
@@ -74,3 +74,51 @@ def test_another_organizations_sweep_page_is_not_found(client_for, outsider, org
     assert client_for(outsider).get(_url(org, project, sweep)).status_code == 404
     assert client_for(outsider).post(_url(org, project, sweep, "cancel/")).status_code == 404
     assert Sweep.objects.get(pk=sweep.pk).state == "running"
+
+
+FORM = {
+    "name": "from the page",
+    "kind": "finetune",
+    "template": "name: tiny\nmodel: /models/tiny\ndataset: /data/alpaca.jsonl\n"
+    "dataset_format: alpaca\n",
+    "params": "learning_rate: [1.0e-3, 3.0e-3]\nmax_steps: [2, 4]\n",
+    "method": "grid",
+    "concurrency": "2",
+    "max_cost_usd": "1.5",
+    "objective": "loss",
+    "direction": "minimize",
+}
+
+
+def test_a_member_starts_a_sweep_from_the_form(client_for, member, org, project):
+    response = client_for(member).post(_url(org, project, suffix="new/"), FORM)
+
+    assert response.status_code == 302
+    sweep = Sweep.objects.get()
+    assert response["Location"] == _url(org, project, sweep)
+    assert (sweep.name, sweep.concurrency, sweep.max_cost_micros) == ("from the page", 2, 1_500_000)
+    assert sweep.trials.count() == 4 and Job.objects.count() == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "shown"),
+    [
+        ({"params": "learning_rate: [1.0e-3, 0]\n"}, "0 is not a valid learning_rate"),
+        ({"params": "max_steps: [2]\nlearning_rate: [1.0e-3\n"}, "Not valid YAML at line 2"),
+        ({"template": "name: tiny\nmodel: /models/tiny\n"}, "This field is required."),
+    ],
+    ids=["bad-value", "bad-yaml", "template-missing-dataset"],
+)
+def test_a_refused_sweep_form_shows_why_and_creates_nothing(
+    client_for, member, org, project, change, shown
+):
+    response = client_for(member).post(_url(org, project, suffix="new/"), FORM | change)
+
+    assert response.status_code == 400
+    assert shown in response.content.decode()
+    assert not Sweep.objects.exists() and not Job.objects.exists()
+
+
+def test_a_viewer_gets_no_sweep_form(client_for, viewer, org, project):
+    assert client_for(viewer).get(_url(org, project, suffix="new/")).status_code == 403
+    assert "New sweep" not in client_for(viewer).get(_url(org, project)).content.decode()
