@@ -48,6 +48,8 @@ def advance(sweep_id: int) -> Sweep | None:
             if trial.state != Trial.State.PENDING:
                 continue
             started = trial_jobs.start(sweep, trial)
+            if started.retry_later:  # stays pending: the next pass tries again
+                break
             if started.job is None:
                 trial.state, trial.error = Trial.State.ERROR, started.error
                 trial.save(update_fields=["state", "error"])

@@ -52,12 +52,15 @@ def job_name(sweep: Sweep, trial: Trial) -> str:
 class Started:
     job: Job | None
     error: str = ""
+    # A refusal that passes (the organization's waiting-jobs limit, 429): try again later.
+    retry_later: bool = False
 
 
 def start(sweep: Sweep, trial: Trial) -> Started:
     """Create trial's job through `jobs.services.job_create`, keyed by the sweep and the
     trial's index. A refusal (a budget exhausted, a price no offer meets) is returned as
-    the error, not raised: the trial records it and the sweep goes on with the rest."""
+    the error, not raised: the trial records it and the sweep goes on with the rest; one
+    that passes (too many jobs waiting) is marked `retry_later`."""
     body = space.apply(sweep.template, trial.values)
     if isinstance(body, dict) and "name" in body:
         body["name"] = job_name(sweep, trial)
@@ -73,5 +76,5 @@ def start(sweep: Sweep, trial: Trial) -> Started:
             kind=kind,
         )
     except ApiError as error:
-        return Started(None, str(error.detail))
+        return Started(None, str(error.detail), retry_later=error.status_code == 429)
     return Started(created.job)

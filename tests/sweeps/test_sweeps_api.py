@@ -308,3 +308,40 @@ def test_a_viewer_cannot_create_a_sweep(api_client_for, org, project):
 
     assert response.status_code == 403
     assert not Sweep.objects.exists()
+
+
+def test_a_trial_the_api_refuses_records_why_and_the_sweep_goes_on(api_client_for, org, project):
+    api = api_client_for(org)
+    body = _post(api, project, sweep_body(concurrency=1)).json()
+    sweep = Sweep.objects.get(public_id=body["id"])
+    org.compute_enabled = False
+    org.save(update_fields=["compute_enabled"])
+
+    _end(_trial_jobs(sweep)[0])
+
+    sweep.refresh_from_db()
+    trials = list(sweep.trials.order_by("index"))
+    assert [trial.state for trial in trials] == ["started", "error", "error", "error"]
+    assert trials[1].error == "Compute is not enabled for this organization yet."
+    assert trials[1].job is None and Job.objects.count() == 1
+    assert sweep.state == "succeeded"
+
+
+def test_a_trial_over_the_waiting_jobs_limit_stays_pending_until_there_is_room(
+    api_client_for, org, project, settings
+):
+    settings.MAX_WAITING_JOBS_PER_ORG = 1
+    body = _post(api_client_for(org), project, sweep_body()).json()
+    sweep = Sweep.objects.get(public_id=body["id"])
+
+    assert [trial["state"] for trial in body["trials"]] == [
+        "requested",
+        "pending",
+        "pending",
+        "pending",
+    ]
+    settings.MAX_WAITING_JOBS_PER_ORG = 10
+    scheduling.advance(sweep.pk)
+
+    assert [job is not None for job in _trial_jobs(sweep)] == [True, True, False, False]
+    assert not sweep.trials.filter(state="error").exists()
