@@ -54,6 +54,8 @@ def test_the_sweep_page_highlights_the_best_trial_and_links_to_compare(
     assert len(jobs) == 4  # two ended, so the next two started
     assert f'href="/o/{org.slug}/jobs/compare/?ids={",".join(jobs)}"' in page
     assert "Cancel sweep" in page
+    assert "running · 4 trials: 2 succeeded, 2 requested" in page
+    assert 'hx-trigger="every 5s"' in page  # reloaded while it runs
 
 
 def test_a_member_cancels_a_sweep_from_its_page_and_a_viewer_cannot(
@@ -68,6 +70,7 @@ def test_a_member_cancels_a_sweep_from_its_page_and_a_viewer_cannot(
     assert response.status_code == 302
     page = client_for(member).get(response["Location"]).content.decode()
     assert "stopped: cancelled" in page and "Cancel sweep" not in page
+    assert "hx-trigger" not in page  # nothing left to follow
 
 
 def test_another_organizations_sweep_page_is_not_found(client_for, outsider, org, project, sweep):
