@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "apps.jobs",
     "apps.hub",
     "apps.finetunes",
+    "apps.sweeps",
     "apps.serving",
     "apps.playground",
     "apps.secrets",
@@ -479,6 +480,8 @@ CELERY_BEAT_SCHEDULE = {
     "hub-gc": _every("hub.collect_garbage", HUB_GC_INTERVAL_S),
     # Webhook deliveries whose retry is due (short waits are also queued with a countdown).
     "webhooks-sweep": _every("webhooks.sweep", WEBHOOK_SWEEP_INTERVAL_S),
+    # The safety net of sweeps (a lost outcome) and what stops one at its cost cap.
+    "sweeps-reconcile": _every("sweeps.reconcile", RECONCILE_INTERVAL_S),
 }
 
 LOGGING = {

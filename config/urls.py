@@ -18,6 +18,7 @@ urlpatterns = [
     path("", include("apps.projects.urls")),
     path("", include("apps.jobs.web.urls")),
     path("", include("apps.finetunes.urls")),
+    path("", include("apps.sweeps.urls")),
     path("", include("apps.billing.web.urls")),
     path("", include("apps.serving.web.urls")),
     path("", include("apps.playground.urls")),
@@ -26,6 +27,7 @@ urlpatterns = [
     # The REST API: each app's `api_urls.py` (or `api/urls.py`), with its full sub-paths.
     path("api/v1/", include("apps.projects.api_urls")),
     path("api/v1/", include("apps.finetunes.api_urls")),
+    path("api/v1/", include("apps.sweeps.api_urls")),
     path("api/v1/", include("apps.serving.api_urls")),
     path("api/v1/", include("apps.catalog.api_urls")),
     path("api/v1/", include("apps.secrets.api_urls")),

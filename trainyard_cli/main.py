@@ -27,6 +27,7 @@ from trainyard_cli.commands import (
     metrics,
     models,
     ssh,
+    sweeps,
     usage,
 )
 
@@ -273,6 +274,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ports", metavar="LOCAL[:REMOTE]", help="REMOTE defaults to LOCAL")
     _ssh_flags(p)
     p.set_defaults(handler=ssh.port_forward)
+
+    group = commands.add_parser("sweep", help="run a template over a grid or random set of values")
+    sweep_commands = group.add_subparsers(dest="sweep_command", metavar="COMMAND")
+    sweep_commands.required = True
+    p = sweep_commands.add_parser("create", help="start a sweep described in a YAML file")
+    p.add_argument("-f", "--file", required=True, help="the sweep: the API's body, in YAML")
+    p.add_argument("--project", help="project id (proj_…) or slug; else the file's `project`")
+    p.add_argument("--name")
+    p.add_argument("--concurrency", type=int, help="trials running at once")
+    p.add_argument("--max-cost", metavar="USD", help="stop the sweep at this total spend")
+    p.add_argument("--idempotency-key", help="reuse to make a retried create return the same")
+    _json_flag(p)
+    p.set_defaults(handler=sweeps.create)
+    p = sweep_commands.add_parser("show", help="a sweep's trials, their metric and the best")
+    p.add_argument("sweep", help="swp_…")
+    _json_flag(p)
+    p.set_defaults(handler=sweeps.show)
+    p = sweep_commands.add_parser("list", help="a project's sweeps, newest first")
+    p.add_argument("--project", required=True, help="project id (proj_…) or slug")
+    _json_flag(p)
+    p.set_defaults(handler=sweeps.list_sweeps)
+    p = sweep_commands.add_parser("cancel", help="stop a sweep: its running trials too")
+    p.add_argument("sweep", help="swp_…")
+    _json_flag(p)
+    p.set_defaults(handler=sweeps.cancel)
 
     p = commands.add_parser("usage", help="billed usage per job in a window")
     p.add_argument("--from", dest="since", metavar="WHEN", help="ISO 8601; default 30 days ago")
