@@ -2,7 +2,7 @@
 end the sweep when no trial is left to run.
 
 `advance` is the one place that does it, called when a sweep is created, when one of its
-trials' jobs reaches an outcome (`receivers`), and by the beat pass (`tasks.reconcile`)
+trials' jobs reaches an outcome (`hooks`), and by the beat pass (`tasks.reconcile`)
 that catches a lost outcome and watches the cost of trials still running. It locks the
 sweep's row first, so two callers at once take turns; every step is keyed (a trial's job
 by its Idempotency-Key, a trial's state by its row), so running it twice changes nothing
