@@ -131,6 +131,12 @@ def plan(ctx: Context, args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(answer)
         return 0
+    print_plan(answer)
+    return 0
+
+
+def print_plan(answer: dict) -> None:
+    """A plan answer (`POST jobs/plan`): the offer it would take, the hold, every offer."""
     offer = answer.get("offer")
     output.fields(
         [
@@ -146,7 +152,6 @@ def plan(ctx: Context, args: argparse.Namespace) -> int:
         ]
     )
     _print_offers(answer.get("offers") or [])
-    return 0
 
 
 def _print_offers(offers: list[dict]) -> None:
