@@ -18,8 +18,8 @@ from functools import cache
 from typing import Any
 
 from drf_spectacular.generators import SchemaGenerator
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -36,12 +36,26 @@ PROJECT_FIELD = {
 }
 
 
+JobFileSchemaOut = inline_serializer(
+    name="JobFileSchema",
+    fields={
+        "$schema": serializers.CharField(help_text="The JSON Schema dialect (2020-12)"),
+        "title": serializers.CharField(),
+        "description": serializers.CharField(),
+        "oneOf": serializers.ListField(
+            child=serializers.DictField(), help_text="One schema per kind of job"
+        ),
+        "$defs": serializers.DictField(help_text="The schemas the kinds' schemas refer to"),
+    },
+)
+
+
 class JobFileSchemaView(APIView):
     # Documentation of a body: any member may read it, with or without compute enabled.
     permission_classes = [IsAuthenticated, IsOrgMember]
 
     @extend_schema(
-        responses={(200, "application/schema+json"): OpenApiTypes.OBJECT},
+        responses={200: JobFileSchemaOut},
         summary="The JSON Schema of a job file (trainyard apply -f)",
         operation_id="compute_jobs_schema",
     )
