@@ -89,3 +89,5 @@ def test_apply_a_job_file_dry_run_first_then_rerun_it_with_a_change(cli, compute
     assert again["limits"]["max_cost_usd"] == 3.0
     assert again["job_file"] is None
     assert cli.json("jobs", "get", job_id)["reruns"] == [again["id"]]
+    shown = cli("jobs", "get", job_id).stdout
+    assert again["id"] in shown and "job.yaml" in shown

@@ -212,6 +212,12 @@ def _summary(job: dict) -> list[tuple[str, object]]:
         ("exit code", job.get("exit_code")),
         ("attempts", len(job.get("attempts") or [])),
     ]
+    if job.get("rerun_of"):
+        rows.append(("re-run of", job["rerun_of"]))
+    if job.get("reruns"):
+        rows.append(("re-runs", ", ".join(job["reruns"])))
+    if job.get("job_file"):
+        rows.append(("job file", job["job_file"]["name"]))
     if job.get("ssh"):
         rows.append(("ssh", job["ssh"]["command"]))
     for name, value in (job.get("latest_metrics") or {}).items():
