@@ -20,7 +20,6 @@ from typing import Any
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.permissions import IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -52,7 +51,7 @@ JobFileSchemaOut = inline_serializer(
 
 class JobFileSchemaView(APIView):
     # Documentation of a body: any member may read it, with or without compute enabled.
-    permission_classes = [IsAuthenticated, IsOrgMember]
+    permission_classes = [IsOrgMember]
 
     @extend_schema(
         responses={200: JobFileSchemaOut},

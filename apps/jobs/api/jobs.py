@@ -169,7 +169,7 @@ class JobRerunView(ComputeView):
         job = selectors.job_for_org(who.organization, job_id)
         result = services.job_rerun(
             job=job,
-            overrides=request.data or {},
+            overrides=request.data,
             idempotency_key=_idempotency_key(request),
             created_by=who.user,
             created_by_key=who.api_key,
