@@ -82,11 +82,20 @@ def test_a_rerun_with_an_override_differs_only_there_and_links_both_ways(api, or
 
 def test_a_rerun_without_a_body_runs_the_same_request_again(api, org):
     original = make_job(org, state="failed")
-    response = rerun(api, original.public_id)
-    assert response.status_code == 201
+    response = api.post(
+        f"/api/v1/compute/jobs/{original.public_id}/rerun", HTTP_IDEMPOTENCY_KEY="empty"
+    )
+    assert response.status_code == 201, response.json()
     new = Job.objects.get(public_id=response.json()["id"])
     assert new.spec == original.spec
     assert new.pk != original.pk
+    listed = api.post(
+        f"/api/v1/compute/jobs/{original.public_id}/rerun",
+        [],
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="list",
+    )
+    assert (listed.status_code, listed.json()["error"]["type"]) == (400, "invalid_request")
 
 
 def test_a_finetune_rerun_overrides_its_trainer_config(api, org, project):

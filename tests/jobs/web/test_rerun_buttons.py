@@ -9,6 +9,7 @@ import re
 import pytest
 from django.test import Client
 
+from apps.finetunes import payloads
 from apps.jobs import services
 from apps.jobs.models import Job
 from apps.secrets import services as secret_services
@@ -139,3 +140,34 @@ def test_the_page_shows_the_job_file(client_for, member, org):
     page = _page(client_for(member), created.job)
     assert "Job file job.yaml" in _text(page)
     assert "# my job\nname: train" in page
+
+
+def test_edit_and_run_of_a_finetune_fills_the_finetune_form(client_for, member, org, project):
+    created = services.job_create(
+        organization=org,
+        payload=payloads.payload_from_api(
+            {
+                "name": "ft",
+                "model": "/models/tiny",
+                "dataset": "/data/alpaca.jsonl",
+                "dataset_format": "chatml",
+                "max_steps": 40,
+                "learning_rate": 0.0003,
+            },
+            project=project,
+        ),
+        idempotency_key="ft",
+        kind=Job.Kind.FINETUNE,
+    )
+    page = html.unescape(
+        client_for(member)
+        .get(f"/o/acme/projects/vision/jobs/new/?from={created.job.public_id}")
+        .content.decode()
+    )
+    assert _field(page, "finetune", "model") == "/models/tiny"
+    assert _field(page, "finetune", "dataset") == "/data/alpaca.jsonl"
+    assert _field(page, "finetune", "max_steps") == "40"
+    assert _field(page, "finetune", "learning_rate") == "0.0003"
+    assert 'id="finetune-dataset_format"' in page
+    assert re.search(r'<option value="chatml" selected>', page)
+    assert _field(page, "container", "name") == ""  # only the job's own kind's form
