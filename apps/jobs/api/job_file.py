@@ -76,8 +76,13 @@ def job_file_schema() -> dict[str, Any]:
     container_body = _body_schema(operations[kinds.CONTAINER_CREATE_OPERATION], components)
     variants = []
     for kind, operation_id in kinds.job_file_kinds().items():
-        body = _body_schema(operations[operation_id], components)
-        variants.append(_variant(kind, body, container_body))
+        operation = operations[operation_id]
+        body = _body_schema(operation, components)
+        variant = _variant(kind, body, container_body)
+        variant["description"] = (
+            f"{operation.get('summary', kind)}: the body of its endpoint, with `kind: {kind}`."
+        )
+        variants.append(variant)
     schema = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "Trainyard job file",
@@ -118,7 +123,6 @@ def _variant(kind: str, body: dict, container_body: dict) -> dict:
     return {
         "type": "object",
         "title": f"{kind} job",
-        "description": body.get("description", ""),
         "properties": properties,
         "required": required,
         "additionalProperties": False,
