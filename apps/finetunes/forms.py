@@ -182,6 +182,13 @@ class FinetuneJobForm(JobForm):
             config["merge"] = True
         return config
 
+    def carry_over(self, payload: dict, source: Job) -> dict:
+        """The source fine-tune's limits (the form has no fields for them)."""
+        limits = payloads.request_of(source).get("limits")
+        if limits:
+            payload["limits"] = limits
+        return payload
+
     def payload(self, *, project_id: str) -> dict:
         return payloads.job_payload(
             name=self.cleaned_data["name"],

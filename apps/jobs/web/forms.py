@@ -209,6 +209,11 @@ class JobForm(forms.Form):
         """The API request body for the cleaned form. Call only after `is_valid()`."""
         raise NotImplementedError
 
+    def carry_over(self, payload: dict, source: Job) -> dict:
+        """The request `payload` (this form's, from "Edit and run" of `source`) with what
+        `source` had that the form has no field for, so editing a copy keeps it."""
+        return payload
+
     def _compute(self) -> dict:
         data = self.cleaned_data
         return {
@@ -467,6 +472,14 @@ class ContainerJobForm(JobForm):
             self.add_error("script_b64", str(error.detail))
             return
         super().add_service_error(error)
+
+    def carry_over(self, payload: dict, source: Job) -> dict:
+        """The code the source job shipped (`workdir`, `files`): the form cannot show it."""
+        shipped = source.spec["container"]
+        for name in ("workdir", "files"):
+            if shipped.get(name):
+                payload["container"][name] = shipped[name]
+        return payload
 
     def payload(self, *, project_id: str) -> dict:
         data = self.cleaned_data

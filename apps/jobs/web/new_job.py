@@ -189,10 +189,13 @@ def submit(
     the job "Edit and run" started from: the new job links to it."""
     if not form.is_valid():
         return None
+    payload = form.payload(project_id=project.public_id)
+    if rerun_of is not None:
+        payload = form.carry_over(payload, rerun_of)
     try:
         created = services.job_create(
             organization=organization,
-            payload=form.payload(project_id=project.public_id),
+            payload=payload,
             idempotency_key=None,
             created_by=user,
             kind=form.kind,

@@ -90,6 +90,7 @@ def test_edit_and_run_prefills_the_form_and_links_the_new_job(client_for, member
             "command": ["python", "train.py", "--lr", "1e-4"],
             "env": {"EPOCHS": "3"},
             "secret_env": {"HF_TOKEN": {"secret_id": secret.public_id, "key": "HF_TOKEN"}},
+            "files": {"train.py": "print('training')\n"},
         },
         limits={"max_cost_usd": "2.5"},
     )
@@ -127,6 +128,7 @@ def test_edit_and_run_prefills_the_form_and_links_the_new_job(client_for, member
     new = Job.objects.get(rerun_of=original)
     assert response.status_code == 302 and response["Location"].endswith(f"/{new.public_id}/")
     assert new.spec["container"]["command"] == ["python", "train.py", "--lr", "2e-4"]
+    assert new.spec["container"]["files"] == {"train.py": "print('training')\n"}  # carried
     assert {**new.spec, "container": {}} == {**original.spec, "container": {}}
 
 
