@@ -18,6 +18,7 @@ from trainyard_cli import __version__, config, output
 from trainyard_cli.client import Client, CliError, ConnectionProblem, UsageError
 from trainyard_cli.commands import (
     Context,
+    apply,
     artifacts,
     datasets,
     finetune,
@@ -167,6 +168,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("job")
     _json_flag(p)
     p.set_defaults(handler=jobs.get)
+
+    p = commands.add_parser("apply", help="create the job a job file describes (-f job.yaml)")
+    p.add_argument("-f", "--file", required=True, metavar="FILE", help="the job file (YAML)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="show the plan (offers, price, hold); create nothing"
+    )
+    p.add_argument("--idempotency-key", help="reuse to make a retried apply return the same job")
+    _json_flag(p)
+    p.set_defaults(handler=apply.apply)
+
+    p = commands.add_parser("rerun", help="run a job again, with --set overrides")
+    p.add_argument("job")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field of the job's request (dotted: compute.gpu_count=2); "
+        "the value is JSON where it reads as JSON",
+    )
+    p.add_argument("--idempotency-key", help="reuse to make a retried rerun return the same job")
+    _json_flag(p)
+    p.set_defaults(handler=apply.rerun)
 
     p = commands.add_parser("logs", help="a job's log lines; -f follows until it ends")
     p.add_argument("job")

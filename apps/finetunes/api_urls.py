@@ -9,6 +9,11 @@ urlpatterns = [
         name="api-project-finetunes",
     ),
     path(
+        "projects/<str:project_id>/finetunes/plan",
+        api.FinetunePlanView.as_view(),
+        name="api-project-finetunes-plan",
+    ),
+    path(
         "projects/<str:project_id>/datasets",
         datasets_api.DatasetCollectionView.as_view(),
         name="api-project-datasets",

@@ -104,14 +104,33 @@ class FinetuneJobForm(JobForm):
         organization: Organization,
         project: Project,
         quote_url: str,
+        initial: dict | None = None,
     ) -> FinetuneJobForm:
-        """Prefilled with the demo model and dataset where `seed_demo` published them."""
+        """Prefilled with `initial` ("Edit and run"), else with the demo model and dataset
+        where `seed_demo` published them."""
         return cls(
             data=data,
             quote_url=quote_url,
-            initial=demo_finetune_initial(organization),
+            initial=initial if initial is not None else demo_finetune_initial(organization),
             project=project,
         )
+
+    @classmethod
+    def initial_from(cls, job: Job) -> dict:
+        """The trainer config the fine-tune was started with, and its compute."""
+        config = payloads.config_of(job) or {}
+        initial = super().initial_from(job)
+        for name in (
+            "model",
+            "dataset",
+            "dataset_format",
+            "max_samples",
+            "max_steps",
+            "learning_rate",
+        ):
+            initial[name] = config.get(name)
+        initial["merge"] = bool(config.get("merge"))
+        return initial
 
     @cached_property
     def uploaded_datasets(self) -> list[Dataset]:
@@ -162,6 +181,13 @@ class FinetuneJobForm(JobForm):
         if data.get("merge"):
             config["merge"] = True
         return config
+
+    def carry_over(self, payload: dict, source: Job) -> dict:
+        """The source fine-tune's limits (the form has no fields for them)."""
+        limits = payloads.request_of(source).get("limits")
+        if limits:
+            payload["limits"] = limits
+        return payload
 
     def payload(self, *, project_id: str) -> dict:
         return payloads.job_payload(

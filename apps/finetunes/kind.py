@@ -12,6 +12,15 @@ HOST_PATH_PREFIXES = ("/", "./", "../", "~")
 
 class Finetune(JobKind):
     form_class = "apps.finetunes.forms.FinetuneJobForm"
+    create_operation = "projects_finetunes_create"
+
+    def rerun_request(self, job: Job) -> dict:
+        """The fine-tune request (trainer config and job basics), not the container job
+        underneath: overrides name `learning_rate`, `max_steps`, … as the API does."""
+        return payloads.request_of(job)
+
+    def rerun_payload(self, job: Job, body: dict) -> dict:
+        return payloads.payload_from_api(body, project=job.project)
 
     def runner_inputs(self, job: Job) -> tuple[list[inputs.RunnerInput], dict[str, str]]:
         """The uploaded dataset the config names, and the config pointing at its copy."""

@@ -23,6 +23,7 @@ from apps.core.errors import InvalidRequest
 from apps.core.serializers import StrictSerializer
 from apps.finetunes.datasets import check_dataset
 from apps.finetunes.hub_refs import check_hub_references
+from apps.jobs.specs import JobFileIn, request_from_spec
 from apps.projects.models import Project
 from apps.providers import images
 from trainer.formats import FORMATS
@@ -87,6 +88,7 @@ class FinetuneCreateIn(FinetuneConfigIn):
     priority_class = serializers.ChoiceField(
         choices=["standard", "preemptible"], required=False, default="standard"
     )
+    job_file = JobFileIn(required=False, allow_null=True)
 
 
 DEFAULT_COMPUTE = {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 20}
@@ -100,8 +102,10 @@ def job_payload(
     compute: dict | None = None,
     limits: dict | None = None,
     priority_class: str = "standard",
+    job_file: dict | None = None,
 ) -> dict:
-    """The job request (as `POST /jobs` takes it) that runs the trainer with `config`."""
+    """The job request (as `POST /jobs` takes it) that runs the trainer with `config`;
+    `job_file` is the file it was described in, kept with the job."""
     payload = {
         "name": name,
         "project": project_id,
@@ -115,6 +119,8 @@ def job_payload(
     }
     if limits:
         payload["limits"] = limits
+    if job_file:
+        payload["job_file"] = job_file
     return payload
 
 
@@ -139,7 +145,28 @@ def payload_from_api(body: object, *, project: Project) -> dict:
         compute=data.get("compute"),
         limits=data.get("limits"),
         priority_class=data["priority_class"],
+        job_file=data.get("job_file"),
     )
+
+
+def request_of(job) -> dict:
+    """The `POST /projects/{id}/finetunes` body that would make this fine-tune again: its
+    trainer config and job basics (a re-run merges its overrides into it)."""
+    container_request = request_from_spec(job.spec, project_id=job.project.public_id)
+    config = config_of(job) or {}
+    body = {
+        field: config[field] for field in (*CONFIG_FIELDS, "seed", "save_steps") if field in config
+    }
+    if config.get("merge"):
+        body["merge"] = True
+    body.update(
+        name=job.spec["name"],
+        priority_class=job.spec["priority_class"],
+        compute=container_request["compute"],
+    )
+    if "limits" in container_request:
+        body["limits"] = container_request["limits"]
+    return body
 
 
 def config_of(job) -> dict | None:

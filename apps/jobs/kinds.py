@@ -24,6 +24,10 @@ from runner import protocol
 # runner reported EXIT_WORKDIR_INVALID before any workload started (its system line says why).
 WORKDIR_INVALID = "workdir_invalid"
 
+# A container job's own create endpoint (jobs', `POST /compute/jobs`), in the OpenAPI document.
+CONTAINER_KIND = "container"
+CONTAINER_CREATE_OPERATION = "compute_jobs_create"
+
 KIND_HOOKS: dict[str, str] = {
     "finetune": "apps.finetunes.kind.Finetune",
     "serve": "apps.serving.kind.Serve",
@@ -84,6 +88,23 @@ class JobKind:
         preemption. Called by execution.preemption (preemption_reason)."""
         return False
 
+    # The operation id of this kind's own create endpoint in the OpenAPI document, whose
+    # request body a job file of this kind (`kind: <name>`) is; None: the kind has no job
+    # file of its own (a container job's is `compute_jobs_create`, jobs' own endpoint).
+    # Read by api.job_file (the job file's JSON Schema).
+    create_operation: str | None = None
+
+    def rerun_request(self, job: Job) -> dict[str, Any] | None:
+        """The request body, as this kind's create endpoint takes it, that would make `job`
+        again: what a re-run's overrides are merged into. None: the container job's own
+        (`specs.request_from_spec`). Called by services (job_rerun)."""
+        return None
+
+    def rerun_payload(self, job: Job, body: dict[str, Any]) -> dict[str, Any]:
+        """The job request (`POST /compute/jobs`'s body) for a re-run's merged `body`;
+        raises InvalidRequest naming the field. Called by services (job_rerun)."""
+        return body
+
     def succeeded(self, job: Job) -> None:
         """The job has succeeded (called in a worker after that commit; may run twice, so
         what it does must be safe to repeat). Called by tasks (job_succeeded)."""
@@ -123,3 +144,13 @@ def registered_kinds() -> list[JobKind]:
     """The hooks of every kind in `KIND_HOOKS`, in its order (the container kind, which has
     no entry, is not among them)."""
     return [_load(path) for path in KIND_HOOKS.values()]
+
+
+def job_file_kinds() -> dict[str, str]:
+    """Kind name → the operation id of its create endpoint, for every kind a job file may
+    describe (`kind:`): the container kind first, then each kind with a `create_operation`."""
+    found = {CONTAINER_KIND: CONTAINER_CREATE_OPERATION}
+    for name, path in KIND_HOOKS.items():
+        if operation := _load(path).create_operation:
+            found[name] = operation
+    return found

@@ -47,6 +47,18 @@ class JobQuerySet(models.QuerySet):
             )
         )
 
+    def with_reruns(self) -> JobQuerySet:
+        """What the job object says of re-runs, without a query per job: the id of the job
+        each re-runs (`rerun_of_public_id`) and its own re-runs' ids, oldest first."""
+        return self.annotate(rerun_of_public_id=F("rerun_of__public_id")).prefetch_related(
+            Prefetch(
+                "reruns",
+                queryset=Job.objects.only("id", "public_id", "rerun_of_id", "created_at").order_by(
+                    "created_at", "id"
+                ),
+            )
+        )
+
 
 class Job(models.Model):
     class Kind(models.TextChoices):
@@ -88,6 +100,15 @@ class Job(models.Model):
 
     idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     request_hash = models.CharField(max_length=64, blank=True)
+    # The job file it was submitted from (`trainyard apply -f job.yaml`), as written, comments
+    # and all: shown on the job's page. Not the spec (that is `spec`); blank for other jobs.
+    job_file_name = models.CharField(max_length=255, blank=True, default="")
+    job_file = models.TextField(blank=True, default="")
+    # The job this one runs again (`POST …/jobs/{id}/rerun`, the page's "Run again" and
+    # "Edit and run"); the original lists its re-runs as `reruns`.
+    rerun_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="reruns"
+    )
 
     accrued_micros = models.BigIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)

@@ -43,6 +43,7 @@ def job_for_org(organization: Organization, public_id: str) -> Job:
         Job.objects.for_org(organization)
         .select_related("project")
         .with_attempts()
+        .with_reruns()
         .filter(public_id=public_id)
         .first()
     )
@@ -55,7 +56,12 @@ def as_created(job: Job) -> Job:
     """A job `services.job_create` has just created, as `job_for_org` would load it, without
     reading it again: its project is the one it was created with, and it has no attempts yet.
     (The re-read was a fifth of a submit's time.)"""
-    prefetch_related_objects([job], Prefetch("attempts", queryset=Attempt.objects.none()))
+    prefetch_related_objects(
+        [job],
+        Prefetch("attempts", queryset=Attempt.objects.none()),
+        Prefetch("reruns", queryset=Job.objects.none()),
+    )
+    job.rerun_of_public_id = job.rerun_of.public_id if job.rerun_of else None
     return job
 
 
@@ -81,7 +87,7 @@ def job_list(
             raise InvalidRequest(f"Unknown state {state!r}.", param="state")
         jobs = jobs.filter(state=state)
         counters = counters.filter(state=state)
-    jobs = jobs.select_related("project").with_attempts()
+    jobs = jobs.select_related("project").with_attempts().with_reruns()
     rows, next_cursor = created_page(jobs, page)
     total = counters.aggregate(total=Sum("count"))["total"] or 0
     return rows, next_cursor, total

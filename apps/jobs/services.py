@@ -26,11 +26,11 @@ from apps.billing import holds, usage
 from apps.core.api_errors import first_validation_error
 from apps.core.errors import ApiError, Conflict, InvalidRequest, NotFound, TenantDisabled
 from apps.core.transactions import atomic_joining
-from apps.jobs import ceilings, enqueue, states
+from apps.jobs import ceilings, enqueue, kinds, states
 from apps.jobs.events import JobEventType
 from apps.jobs.live import push
 from apps.jobs.models import Job, JobCounter, JobEvent, LogLine
-from apps.jobs.specs import JobCreateIn, normalise
+from apps.jobs.specs import JobCreateIn, deep_merge, normalise, request_from_spec
 from apps.jobs.states import JobState
 from apps.jobs.writes import JobWrite, count
 from apps.projects.models import Project
@@ -106,6 +106,8 @@ def validate_job_request(*, organization: Organization, payload: object) -> dict
     validate_secret_env(organization=organization, secret_env=spec["container"]["secret_env"])
     validate_workdir_ref(organization=organization, workdir_id=spec["container"]["workdir"])
     spec["project"] = body.validated_data.get("project")
+    # Kept on the job beside its spec, never part of it (the caller pops it with project).
+    spec["job_file"] = body.validated_data.get("job_file")
     return spec
 
 
@@ -137,6 +139,7 @@ def job_create(
     created_by: User | None = None,
     created_by_key: ApiKey | None = None,
     kind: str = Job.Kind.CONTAINER,
+    rerun_of: Job | None = None,
 ) -> CreatedJob:
     """Create a job in `requested` from a request body, or return the job an earlier request
     with the same Idempotency-Key created (`created=False`).
@@ -151,6 +154,8 @@ def job_create(
     The organization's submits take turns from its row lock (the waiting-jobs limit) to
     the commit, so the job, its event and the budget check come before it: the turn is
     the count, the hold and the counter upsert.
+
+    `rerun_of` (a job of the same organization) is the job this one runs again.
     """
     digest = request_hash(payload)
     try:
@@ -162,6 +167,7 @@ def job_create(
             created_by=created_by,
             created_by_key=created_by_key,
             kind=kind,
+            rerun_of=rerun_of,
         )
     except IntegrityError:
         if not idempotency_key:
@@ -187,10 +193,12 @@ def _create(
     created_by: User | None,
     created_by_key: ApiKey | None,
     kind: str,
+    rerun_of: Job | None = None,
 ) -> Job:
     """Validate the request, then write the job, its event, its hold and its count in one
     transaction; a taken Idempotency-Key raises IntegrityError at the job's INSERT."""
     spec = validate_job_request(organization=organization, payload=payload)
+    job_file = spec.pop("job_file") or {}
     project = _project_for(organization, spec.pop("project"))
     hold_micros, first_minute_micros = _pricing(spec)
     with transaction.atomic():
@@ -199,6 +207,9 @@ def _create(
         job.created_by_key = created_by_key
         job.idempotency_key = idempotency_key or None
         job.request_hash = digest
+        job.job_file_name = job_file.get("name", "")
+        job.job_file = job_file.get("content", "")
+        job.rerun_of = rerun_of
         job.live_seq = 1  # its first write's number: the event below
         job.save(force_insert=True)
         record_event(
@@ -262,6 +273,7 @@ def job_plan(
     even the default project) and locks nothing, so a submit a moment later may still be
     refused."""
     spec = validate_job_request(organization=organization, payload=payload)
+    spec.pop("job_file")
     project_id = spec.pop("project")
     if project_id:
         project = _project_for(organization, project_id)
@@ -277,6 +289,41 @@ def job_plan(
     )
     _check_may_submit(organization, lock=False)
     return PlannedJob(_job_of(organization, project, spec, kind), hold_micros)
+
+
+def job_rerun(
+    *,
+    job: Job,
+    overrides: object,
+    idempotency_key: str | None,
+    created_by: User | None = None,
+    created_by_key: ApiKey | None = None,
+) -> CreatedJob:
+    """Create a job that runs `job` again: the request it was made from (as its kind's
+    create endpoint takes it, `JobKind.rerun_request`) with `overrides` deep-merged over it,
+    validated as a new request, and linked to `job` (`rerun_of`). The job file is not
+    carried over: it described the original. Idempotent by key, as `job_create`."""
+    if not isinstance(overrides, dict):
+        raise InvalidRequest("The body must be a JSON object of fields to override.")
+    hooks = kinds.hooks_for(job)
+    if hooks.serves:
+        raise InvalidRequest(
+            "This job serves an endpoint or the Playground, which starts it again itself; "
+            "it cannot be re-run."
+        )
+    original = hooks.rerun_request(job)
+    if original is None:
+        original = request_from_spec(job.spec, project_id=job.project.public_id)
+    body = deep_merge(original, overrides)
+    return job_create(
+        organization=job.organization,
+        payload=hooks.rerun_payload(job, body),
+        idempotency_key=idempotency_key,
+        created_by=created_by,
+        created_by_key=created_by_key,
+        kind=job.kind,
+        rerun_of=job,
+    )
 
 
 def hold_for(spec: dict) -> int:

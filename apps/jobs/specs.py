@@ -10,11 +10,12 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from decimal import Decimal
 
 from rest_framework import serializers
 
 from apps.catalog.models import Accelerator
-from apps.core.money import usd_to_micros
+from apps.core.money import MICROS_PER_USD, usd_to_micros
 from apps.core.serializers import StrictSerializer
 from apps.core.ssh_keys import InvalidPublicKey, parse_public_key
 from apps.providers.backends.containers import image_reference_problem
@@ -30,6 +31,8 @@ MAX_INLINE_FILES = 64
 MAX_INLINE_FILES_BYTES = 256 * 1024
 MAX_INLINE_PATH = 255
 WORKDIR_ID = re.compile(r"^wd_[A-Za-z0-9]{1,40}$")
+# The text of a job file kept with its job (`trainyard apply -f`): a description, not code.
+MAX_JOB_FILE_BYTES = 64 * 1024
 
 
 class ComputeIn(StrictSerializer):
@@ -215,6 +218,21 @@ class LimitsIn(StrictSerializer):
     validate_max_price_usd_hr = staticmethod(_positive)
 
 
+class JobFileIn(StrictSerializer):
+    """The job file a request was made from (`trainyard apply -f job.yaml` sends it), kept
+    with the job and shown on its page. It is not read: the body beside it is the request."""
+
+    name = serializers.CharField(max_length=255)
+    content = serializers.CharField(allow_blank=True, trim_whitespace=False)
+
+    def validate_content(self, value):
+        if len(value.encode()) > MAX_JOB_FILE_BYTES:
+            raise serializers.ValidationError(
+                f"The job file is larger than {MAX_JOB_FILE_BYTES // 1024} KiB."
+            )
+        return value
+
+
 class JobCreateIn(StrictSerializer):
     name = serializers.CharField(max_length=200)
     project = serializers.CharField(max_length=32, required=False, allow_null=True)
@@ -225,6 +243,7 @@ class JobCreateIn(StrictSerializer):
     container = ContainerIn()
     access = AccessIn(required=False)
     limits = LimitsIn(required=False)
+    job_file = JobFileIn(required=False, allow_null=True)
 
 
 def normalise(validated: dict) -> dict:
@@ -255,3 +274,51 @@ def normalise(validated: dict) -> dict:
             "max_price_micros_hr": usd_to_micros(limits.get("max_price_usd_hr")),
         },
     }
+
+
+def request_from_spec(spec: dict, *, project_id: str) -> dict:
+    """The request body (as `POST /compute/jobs` takes it) that `normalise` turns into
+    `spec`: what a re-run starts from. Money goes back to dollars as exact decimal strings;
+    empty optional parts are left out, as a caller would leave them."""
+    container = {"workdir": None, "files": {}, **spec["container"]}
+    body_container = {"image": container["image"]}
+    for field in ("command", "script_b64", "workdir"):
+        if container.get(field) is not None:
+            body_container[field] = container[field]
+    for field in ("env", "secret_env", "files"):
+        if container.get(field):
+            body_container[field] = container[field]
+    limits = spec.get("limits") or {}
+    body_limits = {
+        "max_runtime_hours": limits.get("max_runtime_hours"),
+        "max_cost_usd": _usd_text(limits.get("max_cost_micros")),
+        "max_price_usd_hr": _usd_text(limits.get("max_price_micros_hr")),
+    }
+    body = {
+        "name": spec["name"],
+        "project": project_id,
+        "priority_class": spec["priority_class"],
+        "compute": dict(spec["compute"]),
+        "container": body_container,
+    }
+    if ssh_key := (spec.get("access") or {}).get("ssh_public_key"):
+        body["access"] = {"ssh_public_key": ssh_key}
+    if any(value is not None for value in body_limits.values()):
+        body["limits"] = {k: v for k, v in body_limits.items() if v is not None}
+    return body
+
+
+def _usd_text(micros: int | None) -> str | None:
+    return None if micros is None else str(Decimal(micros) / MICROS_PER_USD)
+
+
+def deep_merge(base: dict, overrides: dict) -> dict:
+    """`base` with `overrides` laid over it: objects merge key by key, anything else (a
+    list, a number, null) replaces what was there. Neither argument is changed."""
+    merged = dict(base)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

@@ -7,11 +7,13 @@ import re
 import threading
 
 import pytest
+from django.db import transaction
 from playwright.sync_api import expect
 
 from apps.jobs import services
 from apps.jobs.models import Job
 from tests.browser.facts import assert_live_page_matches_a_reload
+from tests.jobs.helpers import make_job
 from tests.live import wait_until
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -279,3 +281,33 @@ def test_picking_an_uploaded_dataset_sets_the_format(signed_in, team):
     form.get_by_label("Dataset format").select_option("alpaca")
     form.get_by_label("Dataset", exact=True).fill(dataset.public_id)
     expect(form.get_by_label("Dataset format")).to_have_value("chatml")
+
+
+def test_edit_and_run_opens_the_form_filled_in_and_links_the_new_job(signed_in, team):
+    with transaction.atomic():  # dispatch runs after the commit and finds it ended
+        original = make_job(
+            team["org"],
+            state="failed",
+            name="first-try",
+            project=team["project"].public_id,
+            container={"image": "python:3.11-slim", "command": ["sh", "-c", "exit 1"]},
+        )
+    page = signed_in(team["member"])
+    page.goto(f"/o/studio/jobs/{original.public_id}/")
+    page.get_by_role("link", name="Edit and run").click()
+
+    form = page.locator("#container-form")
+    expect(page.locator("#rerun-notice")).to_contain_text("Editing a copy of first-try")
+    expect(form.get_by_label("Job name")).to_have_value("first-try")
+    expect(form.get_by_label("Command")).to_have_value("sh -c 'exit 1'")
+    form.get_by_label("Command").fill("sh -c 'exit 0'")
+    form.get_by_role("button", name="Submit container job").click()
+
+    # The browser keeps the New Job page's `#container` through the redirect.
+    page.wait_for_url(re.compile(r"/o/studio/jobs/job_\w+/(#container)?$"))
+    expect(page.locator("#job-lineage")).to_contain_text(
+        f"Re-run of first-try ({original.public_id})"
+    )
+    new = Job.objects.get(rerun_of=original)
+    assert f"/jobs/{new.public_id}/" in page.url
+    assert new.spec["container"]["command"] == ["sh", "-c", "exit 0"]

@@ -131,6 +131,12 @@ def plan(ctx: Context, args: argparse.Namespace) -> int:
     if args.json:
         output.print_json(answer)
         return 0
+    print_plan(answer)
+    return 0
+
+
+def print_plan(answer: dict) -> None:
+    """A plan answer (`POST jobs/plan`): the offer it would take, the hold, every offer."""
     offer = answer.get("offer")
     output.fields(
         [
@@ -146,7 +152,6 @@ def plan(ctx: Context, args: argparse.Namespace) -> int:
         ]
     )
     _print_offers(answer.get("offers") or [])
-    return 0
 
 
 def _print_offers(offers: list[dict]) -> None:
@@ -207,6 +212,12 @@ def _summary(job: dict) -> list[tuple[str, object]]:
         ("exit code", job.get("exit_code")),
         ("attempts", len(job.get("attempts") or [])),
     ]
+    if job.get("rerun_of"):
+        rows.append(("re-run of", job["rerun_of"]))
+    if job.get("reruns"):
+        rows.append(("re-runs", ", ".join(job["reruns"])))
+    if job.get("job_file"):
+        rows.append(("job file", job["job_file"]["name"]))
     if job.get("ssh"):
         rows.append(("ssh", job["ssh"]["command"]))
     for name, value in (job.get("latest_metrics") or {}).items():

@@ -71,13 +71,18 @@ def create_response(request, payload: dict, kind: str) -> Response:
         created_by_key=who.api_key,
         kind=kind,
     )
+    return created_response(request, result)
+
+
+def created_response(request, result: services.CreatedJob) -> Response:
+    """201 with the new job, or 200 with the job an earlier request with this key created,
+    as it stands now."""
     if result.created:
         job = selectors.as_created(result.job)
         return Response(
             JobOut(job, context=_out_context(request)).data, status=status.HTTP_201_CREATED
         )
-    # An earlier request with this key created it: the job as it stands now.
-    job = selectors.job_for_org(who.organization, result.job.public_id)
+    job = selectors.job_for_org(caller(request).organization, result.job.public_id)
     return Response(JobOut(job, context=_out_context(request)).data, status=status.HTTP_200_OK)
 
 
@@ -142,6 +147,34 @@ class JobDetailView(ComputeView):
     def get(self, request, job_id: str):
         job = selectors.job_for_org(caller(request).organization, job_id)
         return Response(JobOut(job, context=_out_context(request)).data)
+
+
+class JobRerunView(ComputeView):
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={201: JobOut, 200: JobOut},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key", OpenApiTypes.STR, OpenApiParameter.HEADER, required=True
+            )
+        ],
+        summary="Run a job again, with optional overrides",
+        description="The body holds fields to change, deep-merged into the request the job "
+        "was made from (its kind's: a fine-tune's takes `learning_rate`, `max_steps`, …); "
+        "`{}` or no body runs it again as it was. The new job's `rerun_of` names this one.",
+        operation_id="compute_jobs_rerun",
+    )
+    def post(self, request, job_id: str):
+        who = caller(request)
+        job = selectors.job_for_org(who.organization, job_id)
+        result = services.job_rerun(
+            job=job,
+            overrides=request.data,
+            idempotency_key=_idempotency_key(request),
+            created_by=who.user,
+            created_by_key=who.api_key,
+        )
+        return created_response(request, result)
 
 
 class JobTerminateView(ComputeView):

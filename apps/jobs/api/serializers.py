@@ -108,6 +108,11 @@ class ContainerOut(serializers.Serializer):
     files = serializers.DictField(child=serializers.CharField())
 
 
+class JobFileOut(serializers.Serializer):
+    name = serializers.CharField(help_text="The file's name, e.g. `job.yaml`")
+    content = serializers.CharField(help_text="The file as it was written, comments and all")
+
+
 class OfferConsideredOut(serializers.Serializer):
     """One offer placement weighed for a job: `excluded` is a stable code (null: it could
     take the job now) and `message` says why in words."""
@@ -203,6 +208,28 @@ class JobOut(serializers.Serializer):
     attempts = AttemptOut(many=True)
     latest_metrics = serializers.SerializerMethodField()
     waiting_reason = serializers.SerializerMethodField()
+    rerun_of = serializers.SerializerMethodField()
+    reruns = serializers.SerializerMethodField()
+    job_file = serializers.SerializerMethodField()
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_rerun_of(self, job: Job) -> str | None:
+        """The id of the job this one runs again (null: none, or that job is gone)."""
+        if not job.rerun_of_id:
+            return None
+        known = getattr(job, "rerun_of_public_id", None)  # selectors' with_reruns
+        return known or job.rerun_of.public_id
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_reruns(self, job: Job) -> list[str]:
+        """The ids of the jobs that run this one again, oldest first."""
+        return [rerun.public_id for rerun in job.reruns.all()]
+
+    @extend_schema_field(JobFileOut(allow_null=True))
+    def get_job_file(self, job: Job) -> dict | None:
+        if not job.job_file_name:
+            return None
+        return {"name": job.job_file_name, "content": job.job_file}
 
     @extend_schema_field(WaitingReasonOut(allow_null=True))
     def get_waiting_reason(self, job: Job) -> dict | None:

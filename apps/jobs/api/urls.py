@@ -1,18 +1,20 @@
 from django.urls import path
 
-from apps.jobs.api import jobs, log_text, metrics, operator, quotes
+from apps.jobs.api import job_file, jobs, log_text, metrics, operator, quotes
 
 urlpatterns = [
     path("compute/catalog/quotes", quotes.QuoteView.as_view(), name="api-quotes"),
     path("compute/market/ladder", quotes.LadderView.as_view(), name="api-market-ladder"),
     path("compute/jobs", jobs.JobCollectionView.as_view(), name="api-jobs"),
     path("compute/jobs/plan", jobs.JobPlanView.as_view(), name="api-jobs-plan"),
+    path("compute/jobs/schema", job_file.JobFileSchemaView.as_view(), name="api-jobs-schema"),
     path("compute/jobs/<str:job_id>", jobs.JobDetailView.as_view(), name="api-job"),
     path(
         "compute/jobs/<str:job_id>/terminate",
         jobs.JobTerminateView.as_view(),
         name="api-job-terminate",
     ),
+    path("compute/jobs/<str:job_id>/rerun", jobs.JobRerunView.as_view(), name="api-job-rerun"),
     path("compute/jobs/<str:job_id>/logs", jobs.JobLogsView.as_view(), name="api-job-logs"),
     path(
         "compute/jobs/<str:job_id>/logs.txt",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import shlex
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -21,6 +22,7 @@ from django.core.exceptions import ValidationError
 from apps.accounts.models import Organization
 from apps.catalog.models import Accelerator
 from apps.core.errors import ApiError
+from apps.core.money import MICROS_PER_USD
 from apps.jobs.models import Job
 from apps.jobs.specs import MAX_DISK_GB
 from apps.projects.models import Project
@@ -91,6 +93,10 @@ def parse_secret_refs(text: str) -> dict[str, tuple[str, str]]:
     if errors:
         raise ValidationError(errors)
     return refs
+
+
+def _usd(micros: int | None) -> Decimal | None:
+    return None if micros is None else Decimal(micros) / MICROS_PER_USD
 
 
 def accelerator_choices() -> list[tuple[str, str]]:
@@ -176,11 +182,25 @@ class JobForm(forms.Form):
         organization: Organization,
         project: Project,
         quote_url: str,
+        initial: dict | None = None,
     ) -> JobForm:
         """The form as the New Job page shows it; `data` is the POST when this form was the
-        one submitted, else None. A form that needs more (a project, an initial value)
-        overrides this."""
-        return cls(data=data, quote_url=quote_url)
+        one submitted, else None; `initial` prefills it ("Edit and run", `initial_from`).
+        A form that needs more (a project) overrides this."""
+        return cls(data=data, quote_url=quote_url, initial=initial)
+
+    @classmethod
+    def initial_from(cls, job: Job) -> dict:
+        """The form's values that would make `job` again: "Edit and run" opens the page
+        with them. The fields every form shares; a form adds its own."""
+        spec = job.spec
+        return {
+            "name": spec["name"],
+            "priority_class": spec["priority_class"],
+            "accelerator": spec["compute"]["accelerator"],
+            "gpu_count": spec["compute"]["gpu_count"],
+            "disk_gb": spec["compute"]["ephemeral_disk_gb"],
+        }
 
     def clean_priority_class(self) -> str:
         return self.cleaned_data["priority_class"] or "standard"
@@ -188,6 +208,11 @@ class JobForm(forms.Form):
     def payload(self, *, project_id: str) -> dict:
         """The API request body for the cleaned form. Call only after `is_valid()`."""
         raise NotImplementedError
+
+    def carry_over(self, payload: dict, source: Job) -> dict:
+        """The request `payload` (this form's, from "Edit and run" of `source`) with what
+        `source` had that the form has no field for, so editing a copy keeps it."""
+        return payload
 
     def _compute(self) -> dict:
         data = self.cleaned_data
@@ -341,8 +366,42 @@ class ContainerJobForm(JobForm):
         organization: Organization,
         project: Project,
         quote_url: str,
+        initial: dict | None = None,
     ) -> ContainerJobForm:
-        return cls(data=data, organization=organization, quote_url=quote_url)
+        return cls(data=data, organization=organization, quote_url=quote_url, initial=initial)
+
+    @classmethod
+    def initial_from(cls, job: Job) -> dict:
+        """The container job's own fields too: its command as one shell line, its script
+        as text, env and secrets one a line (secrets by name), limits in dollars."""
+        container = job.spec["container"]
+        limits = job.spec.get("limits") or {}
+        initial = super().initial_from(job)
+        initial["image"] = container["image"]
+        if container.get("command"):
+            initial["command"] = shlex.join(container["command"])
+        elif container.get("script_b64"):
+            script = base64.b64decode(container["script_b64"])
+            try:
+                initial["script"] = script.decode()
+            except UnicodeDecodeError:  # not text: left as it was given
+                initial["script_b64"] = container["script_b64"]
+        initial["env"] = "\n".join(f"{k}={v}" for k, v in (container.get("env") or {}).items())
+        refs = container.get("secret_env") or {}
+        names = dict(
+            Secret.objects.for_org(job.organization)
+            .filter(public_id__in=[ref["secret_id"] for ref in refs.values()])
+            .values_list("public_id", "name")
+        )
+        initial["secrets"] = "\n".join(
+            f"{env}={names.get(ref['secret_id'], ref['secret_id'])}:{ref['key']}"
+            for env, ref in refs.items()
+        )
+        initial["max_runtime_hours"] = limits.get("max_runtime_hours")
+        initial["max_cost_usd"] = _usd(limits.get("max_cost_micros"))
+        initial["max_price_usd_hr"] = _usd(limits.get("max_price_micros_hr"))
+        initial["ssh_public_key"] = (job.spec.get("access") or {}).get("ssh_public_key") or ""
+        return initial
 
     def clean_command(self) -> list[str] | None:
         line = self.cleaned_data["command"]
@@ -413,6 +472,14 @@ class ContainerJobForm(JobForm):
             self.add_error("script_b64", str(error.detail))
             return
         super().add_service_error(error)
+
+    def carry_over(self, payload: dict, source: Job) -> dict:
+        """The code the source job shipped (`workdir`, `files`): the form cannot show it."""
+        shipped = source.spec["container"]
+        for name in ("workdir", "files"):
+            if shipped.get(name):
+                payload["container"][name] = shipped[name]
+        return payload
 
     def payload(self, *, project_id: str) -> dict:
         data = self.cleaned_data

@@ -19,7 +19,7 @@ from decimal import Decimal, InvalidOperation
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -178,18 +178,28 @@ def form_quote(form: JobForm, organization: Organization | None = None) -> Quote
 
 
 def submit(
-    form: JobForm, *, organization: Organization, project: Project, user: User
+    form: JobForm,
+    *,
+    organization: Organization,
+    project: Project,
+    user: User,
+    rerun_of: Job | None = None,
 ) -> Job | None:
-    """The job the form creates, or None with the reasons added to the form."""
+    """The job the form creates, or None with the reasons added to the form. `rerun_of` is
+    the job "Edit and run" started from: the new job links to it."""
     if not form.is_valid():
         return None
+    payload = form.payload(project_id=project.public_id)
+    if rerun_of is not None:
+        payload = form.carry_over(payload, rerun_of)
     try:
         created = services.job_create(
             organization=organization,
-            payload=form.payload(project_id=project.public_id),
+            payload=payload,
             idempotency_key=None,
             created_by=user,
             kind=form.kind,
+            rerun_of=rerun_of,
         )
     except ApiError as error:  # a bad field, or a limit such as waiting_jobs_limit
         form.add_service_error(error)
@@ -250,18 +260,31 @@ def job_new(request: HttpRequest, org_slug: str, project_slug: str) -> HttpRespo
         named = " or ".join(f"form={form_id}" for form_id in form_ids)
         return HttpResponseBadRequest(f"Say which form: {named}.")
     quote_url = reverse("job-quote", kwargs={"org_slug": organization.slug})
+    # "Edit and run": `?from=<job>` prefills its kind's form, which posts it back as
+    # `rerun_of`; another organization's job, or one of no form's kind, is a 404.
+    source_id = request.POST.get("rerun_of") if submitted else request.GET.get("from")
+    source = _source_job(organization, source_id, form_classes) if source_id else None
     forms = [
         form_class.for_page(
             request.POST if submitted == form_class.form_id else None,
             organization=organization,
             project=project,
             quote_url=quote_url,
+            initial=form_class.initial_from(source)
+            if source is not None and not submitted and source.kind == form_class.kind
+            else None,
         )
         for form_class in form_classes
     ]
     if submitted:
         form = next(form for form in forms if form.form_id == submitted)
-        job = submit(form, organization=organization, project=project, user=request.user)
+        job = submit(
+            form,
+            organization=organization,
+            project=project,
+            user=request.user,
+            rerun_of=source if source is not None and source.kind == form.kind else None,
+        )
         if job is not None:
             return redirect(
                 reverse(
@@ -276,5 +299,13 @@ def job_new(request: HttpRequest, org_slug: str, project_slug: str) -> HttpRespo
         "project": project,
         "tabs": [Tab(form, form_quote(form, organization)) for form in forms],
         "secrets": Secret.objects.for_org(organization).order_by("name").only("name", "keys"),
+        "rerun_of": source,
     }
     return TemplateResponse(request, "jobs/new.html", context)
+
+
+def _source_job(organization: Organization, job_id: str, form_classes: list) -> Job:
+    job = Job.objects.for_org(organization).filter(public_id=job_id).first()
+    if job is None or job.kind not in {form_class.kind for form_class in form_classes}:
+        raise Http404("No such job to edit.")
+    return job

@@ -25,6 +25,7 @@ urlpatterns = [
         name="job-log-download",
     ),
     path("o/<slug:org_slug>/jobs/<str:job_id>/cancel/", views.job_cancel, name="job-cancel"),
+    path("o/<slug:org_slug>/jobs/<str:job_id>/rerun/", views.job_rerun, name="job-rerun"),
     path(
         "o/<slug:org_slug>/jobs/<str:job_id>/artifacts/<int:artifact_id>/download/",
         views.job_artifact_download,

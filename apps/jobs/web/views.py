@@ -7,7 +7,10 @@ below `jobs` and cannot read them: so its view is here and its template is
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse, StreamingHttpResponse
@@ -18,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.models import Role
 from apps.accounts.tenancy import membership_for_slug, remember_org
-from apps.core.errors import InvalidRequest
+from apps.core.errors import ApiError, InvalidRequest
 from apps.core.pagination import PageRequest, parse_page_request
 from apps.jobs import services
 from apps.jobs.artifacts.files import artifact_response
@@ -57,6 +60,10 @@ def job_detail(request: HttpRequest, org_slug: str, job_id: str) -> HttpResponse
         "membership": membership,
         "can_write": membership.can(Role.MEMBER),
         "connect": _connect(request, job, membership),
+        # A server (an endpoint's, the Playground's) is started again by what it serves.
+        "can_rerun": job.kind in RERUNNABLE_KINDS,
+        "rerun_key": uuid.uuid4().hex,  # one "Run again" per page view, however many clicks
+        "reruns": list(job.reruns.order_by("created_at", "id").only("public_id")),
     }
     return TemplateResponse(request, "jobs/detail.html", context)
 
@@ -130,6 +137,28 @@ def job_cancel(request: HttpRequest, org_slug: str, job_id: str) -> HttpResponse
 
 
 @login_required
+@require_POST
+def job_rerun(request: HttpRequest, org_slug: str, job_id: str) -> HttpResponse:
+    """ "Run again": a new job made as this one was, linked to it; then its page. The page's
+    form carries a key of its own, so a double click makes one job."""
+    membership, job = _job_for(request, org_slug, job_id)
+    if not membership.can(Role.MEMBER):
+        raise PermissionDenied("Viewers cannot run jobs.")
+    key = request.POST.get("idempotency_key", "")[:64]
+    try:
+        created = services.job_rerun(
+            job=job,
+            overrides={},
+            idempotency_key=f"web-rerun:{key}" if key else None,
+            created_by=request.user,
+        )
+    except ApiError as error:  # e.g. compute switched off, a budget, the waiting limit
+        messages.error(request, f"Could not run it again: {error.detail}")
+        return redirect("job-detail", org_slug=org_slug, job_id=job_id)
+    return redirect("job-detail", org_slug=org_slug, job_id=created.job.public_id)
+
+
+@login_required
 @require_GET
 def job_artifact_download(
     request: HttpRequest, org_slug: str, job_id: str, artifact_id: int
@@ -140,6 +169,7 @@ def job_artifact_download(
 
 
 JOBS_PER_PAGE = 25
+RERUNNABLE_KINDS = frozenset({Job.Kind.CONTAINER, Job.Kind.FINETUNE})
 
 
 @login_required
