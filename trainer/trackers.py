@@ -109,6 +109,7 @@ class MlflowTracker:
         self.experiment = environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_PROJECT
         self.client: Any = None
         self.run_id = ""
+        self.pending: list[Any] = []  # mlflow's RunOperations of the metrics in flight
 
     def start(
         self, *, config: dict[str, Any], run_name: str | None, group: str | None
@@ -147,10 +148,16 @@ class MlflowTracker:
 
         now = int(time.time() * 1000)
         batch = [Metric(key, value, now, step) for key, value in metrics.items()]
-        self.client.log_batch(self.run_id, metrics=batch)
+        # In the background: a step must not wait for a round trip to the server. Failures
+        # surface in `finish`, which waits for them all.
+        self.pending.append(self.client.log_batch(self.run_id, metrics=batch, synchronous=False))
 
     def finish(self, *, failed: bool) -> None:
-        self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
+        try:
+            for operations in self.pending:
+                operations.wait()
+        finally:
+            self.client.set_terminated(self.run_id, status="FAILED" if failed else "FINISHED")
 
 
 def mlflow_run_url(uri: str, experiment_id: str, run_id: str) -> str | None:

@@ -70,7 +70,7 @@ def runs(tiny_model, demo_data, tmp_path_factory, trainer_zygote) -> dict:
     unreachable = {
         "WANDB_API_KEY": "k" * 40,
         "WANDB_BASE_URL": nowhere,
-        "WANDB_INIT_TIMEOUT": "10",
+        "WANDB_INIT_TIMEOUT": "5",
         "WANDB_DIR": str(tmp / "wandb-unreachable"),
         "MLFLOW_TRACKING_URI": nowhere,
     }
