@@ -18,7 +18,7 @@ from apps.jobs.models import Job
 TRACKERS = {"wandb": "W&B", "mlflow": "MLflow"}
 MAX_RUN_ID_CHARS = 200
 MAX_URL_CHARS = 2000
-_RUN_ID = re.compile(r"^[\w.:-]+$")
+_RUN_ID = re.compile(r"^[\w.:-]+$", re.ASCII)
 
 
 def record(job: Job, attempt: int, lines: list[dict]) -> None:
