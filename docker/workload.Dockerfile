@@ -15,9 +15,10 @@ FROM python:3.11-slim-bookworm
 ARG TORCH_INDEX=""
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 
-# The `train` extra of pyproject.toml, exactly as pinned there, and the hub client.
+# The `train` and `trackers` (W&B, MLflow reporting) extras of pyproject.toml, exactly as
+# pinned there, and the hub client.
 COPY pyproject.toml /tmp/pyproject.toml
-RUN python -c "import tomllib; extra = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['optional-dependencies']['train']; open('/tmp/train.txt', 'w').write('\n'.join(extra) + '\nhuggingface_hub\n')" \
+RUN python -c "import tomllib; extras = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']['optional-dependencies']; open('/tmp/train.txt', 'w').write('\n'.join(extras['train'] + extras['trackers']) + '\nhuggingface_hub\n')" \
     && if [ -n "$TORCH_INDEX" ]; then pip install --extra-index-url "$TORCH_INDEX" -r /tmp/train.txt; \
        else pip install -r /tmp/train.txt; fi \
     && rm /tmp/pyproject.toml /tmp/train.txt

@@ -154,6 +154,9 @@ LINE_MERGED = "merged"  # the base model with the final adapter merged in, to up
 ARTIFACT_LINE_TYPES = frozenset({LINE_CHECKPOINT, LINE_ADAPTER, LINE_MERGED})
 # A serving workload listens: `{"type": "serving", "port": N, "models": [...]}`.
 LINE_SERVING = "serving"
+# Where a tracker (W&B, MLflow) keeps the run: `{"type": "tracker_run", "tracker": "wandb",
+# "run_id": ..., "url": ... or null}`, kept as the job's `tracker_run` event.
+LINE_TRACKER_RUN = "tracker_run"
 
 # -- log lines -----------------------------------------------------------------------------
 

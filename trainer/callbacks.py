@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 
 from transformers import TrainerCallback
 
@@ -33,9 +34,11 @@ class TrainStartCallback(TrainerCallback):
 
 class MetricsCallback(TrainerCallback):
     """One `metrics` line per training log. A loss that is not finite stops training at that
-    step, unsaved: a diverged run does not recover, and grading rejects it."""
+    step, unsaved: a diverged run does not recover, and grading rejects it. `report` gets the
+    same numbers for the run's trackers (`trainer.trackers.Reporting.log`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, report: Callable[..., None] | None = None) -> None:
+        self.report = report
         self.first_loss: float | None = None
         self.bad_loss: float | None = None  # the first NaN or infinite loss
         self._time = 0.0
@@ -52,14 +55,18 @@ class MetricsCallback(TrainerCallback):
         elapsed, tokens = now - self._time, state.num_input_tokens_seen - self._tokens
         self._time, self._tokens = now, state.num_input_tokens_seen
         loss = float(logs["loss"])
-        emit_metrics(
-            step=state.global_step,
-            loss=loss,
-            learning_rate=_number(logs.get("learning_rate")),
-            epoch=_number(logs.get("epoch")),
-            grad_norm=_number(logs.get("grad_norm")),
-            tokens_per_s=tokens / elapsed if elapsed > 0 and tokens > 0 else None,
-        )
+        numbers = {
+            "learning_rate": _number(logs.get("learning_rate")),
+            "epoch": _number(logs.get("epoch")),
+            "grad_norm": _number(logs.get("grad_norm")),
+            "tokens_per_s": tokens / elapsed if elapsed > 0 and tokens > 0 else None,
+        }
+        emit_metrics(step=state.global_step, loss=loss, **numbers)
+        if self.report is not None:
+            self.report(
+                {"train/loss": loss, **{f"train/{name}": v for name, v in numbers.items()}},
+                step=state.global_step,
+            )
         if self.first_loss is None:
             self.first_loss = loss
         if not math.isfinite(loss) and self.bad_loss is None:

@@ -17,6 +17,9 @@ ignored there and is for whoever reads the log (the checkpoint and adapter paths
 - `adapter`: `path`; the final adapter passed grading and is written. The runner uploads it.
 - `adapter_rejected`: `path`; grading failed, and the adapter is kept there for a person to
   inspect. The runner does not upload it.
+- `tracker_run`: `tracker` (`wandb` or `mlflow`), `run_id`, `url` (null where the tracker
+  has no page for it); a tracker run was opened (`trainer.trackers`). Kept as the job's
+  `tracker_run` event, which the job page links to.
 
 `loss` and the eval losses may be NaN (written as the bare `NaN`, which Python's json reads);
 every other number is finite or left out.
@@ -47,6 +50,11 @@ def emit_metrics(*, step: int, loss: float, **numbers: float | None) -> None:
 def say(message: str) -> None:
     """A line for people, on stdout between the JSON lines."""
     print(f"trainer: {message}", flush=True)
+
+
+def warn(message: str) -> None:
+    """Something the run does without (a tracker), on stderr; training goes on."""
+    print(f"trainer: warning: {message}", file=sys.stderr, flush=True)
 
 
 def fail(message: str) -> None:

@@ -7,6 +7,8 @@ before the first step so a wrong model id fails before any time is spent trainin
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 import re
@@ -20,6 +22,7 @@ from trainer.data import Encoder, encode_and_split, read_samples
 from trainer.events import emit, fail, say
 from trainer.hub import model_reference
 from trainer.stopping import StopRequest
+from trainer.trackers import Reporting
 
 # LoRA targets by `config.model_type` where peft's own table is missing or wider than wanted;
 # any other architecture gets peft's default for it.
@@ -117,15 +120,6 @@ def run(config: TrainConfig, *, resume_from: str | None = None) -> int:
 
     import torch
     import transformers
-    from transformers import PrinterCallback, Trainer
-
-    from trainer.batching import Collator, Examples
-    from trainer.callbacks import (
-        CheckpointCallback,
-        MetricsCallback,
-        StopCallback,
-        TrainStartCallback,
-    )
 
     transformers.logging.set_verbosity_error()
     # peft reads a model attribute transformers 5 has deprecated; nothing to act on here.
@@ -149,7 +143,48 @@ def run(config: TrainConfig, *, resume_from: str | None = None) -> int:
 
     transformers.set_seed(config.seed)  # the LoRA weights' initial values
     model = _apply_lora(model, config)
-    metrics, checkpoints = MetricsCallback(), CheckpointCallback()
+    # Opened once the inputs are known good, closed however the run ends (trainer.trackers).
+    reporting = Reporting.from_env()
+    reporting.start(
+        {
+            **tracked_config(config),
+            "train_rows": len(split.train),
+            "held_out_rows": len(split.held_out),
+        }
+    )
+    code: int | None = None
+    try:
+        code = _train(
+            config,
+            model,
+            tokenizer,
+            split,
+            checkpoint=checkpoint,
+            stop=stop,
+            bf16=bf16,
+            reporting=reporting,
+        )
+        return code
+    finally:
+        reporting.finish(failed=code != 0)
+
+
+def _train(
+    config: TrainConfig, model, tokenizer, split, *, checkpoint, stop, bf16, reporting
+) -> int:
+    """Train from `checkpoint` (or the start), grade and save; the exit code."""
+    import torch
+    from transformers import PrinterCallback, Trainer
+
+    from trainer.batching import Collator, Examples
+    from trainer.callbacks import (
+        CheckpointCallback,
+        MetricsCallback,
+        StopCallback,
+        TrainStartCallback,
+    )
+
+    metrics, checkpoints = MetricsCallback(report=reporting.log), CheckpointCallback()
     trainer = Trainer(
         model=model,
         args=_training_arguments(config, bf16=bf16, cpu=not torch.cuda.is_available()),
@@ -164,6 +199,7 @@ def run(config: TrainConfig, *, resume_from: str | None = None) -> int:
     with model.disable_adapter():
         eval_loss_before = trainer.evaluate()["eval_loss"]
     say(f"held-out loss of the base model: {eval_loss_before:.6g}")
+    reporting.log({"eval/loss": eval_loss_before}, step=checkpoint_step(checkpoint))
 
     stop.phase = "training"
     trainer.add_callback(TrainStartCallback(len(split.train), len(split.held_out), checkpoint))
@@ -195,19 +231,39 @@ def run(config: TrainConfig, *, resume_from: str | None = None) -> int:
         eval_loss_before=eval_loss_before,
         bad_loss=metrics.bad_loss,
         merge=config.merge,
+        report=functools.partial(reporting.log, step=trainer.state.global_step),
     )
 
 
+def tracked_config(config: TrainConfig) -> dict:
+    """The config as the trackers record it: plain values, `output_dir` left out (a path on
+    the workload's host says nothing about the run)."""
+    values = dataclasses.asdict(config)
+    values.pop("output_dir")
+    if values["lora_target_modules"] is not None:
+        values["lora_target_modules"] = ",".join(values["lora_target_modules"])
+    return values
+
+
 def _grade_and_save(
-    trainer, tokenizer, *, output_dir: Path, eval_loss_before, bad_loss, merge: bool = False
+    trainer,
+    tokenizer,
+    *,
+    output_dir: Path,
+    eval_loss_before,
+    bad_loss,
+    merge: bool = False,
+    report=None,
 ) -> int:
     """Grade the trained adapter and write it as `adapter` if it passed, else as
     `adapter-rejected`; with `merge`, a passed one also merged into the base (`merged`).
-    The exit code."""
+    `report` gets the held-out loss and the verdict for the trackers. The exit code."""
     eval_loss_after = trainer.evaluate()["eval_loss"]
     result = grade(
         eval_loss_before=eval_loss_before, eval_loss_after=eval_loss_after, bad_loss=bad_loss
     )
+    if report is not None:
+        report({"eval/loss": eval_loss_after, "grading/passed": float(result.passed)})
     emit(
         LINE_GRADING,
         eval_loss_before=eval_loss_before,

@@ -233,6 +233,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also publish the base with the adapter merged in (merged/ in its hub repo)",
     )
+    p.add_argument(
+        "--secret",
+        action="append",
+        default=[],
+        metavar="NAME=SECRET_ID:KEY",
+        help="a variable for the trainer from a stored secret, e.g. WANDB_API_KEY or "
+        "MLFLOW_TRACKING_URI to report the run to W&B or MLflow (repeatable)",
+    )
     _compute_flags(p, disk_gb=FINETUNE_DISK_GB)
     _json_flag(p)
     p.set_defaults(handler=finetune.run)

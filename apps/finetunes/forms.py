@@ -15,7 +15,7 @@ from apps.finetunes.demo import demo_finetune_initial
 from apps.finetunes.models import Dataset
 from apps.hub.models import RepoKind
 from apps.jobs.models import Job
-from apps.jobs.web.forms import JobForm
+from apps.jobs.web.forms import JobForm, resolve_secret_refs
 from apps.projects.models import Project
 from trainer.formats import FORMAT_CHOICES
 
@@ -49,12 +49,15 @@ class FinetuneJobForm(JobForm):
         "gpu_count",
         "disk_gb",
         "priority_class",
+        "secrets",
     ]
     param_fields = (
         *JobForm.param_fields,
         ("dataset", "dataset"),
         ("dataset_format", "dataset_format"),
+        ("container.secret_env", "secrets"),
     )
+    keyed_fields = frozenset({"secrets"})
 
     model = forms.CharField(
         label="Model",
@@ -90,6 +93,18 @@ class FinetuneJobForm(JobForm):
         required=False,
         help_text="The base model with the adapter merged in, beside the adapter in its hub "
         "repository (<code>merged/</code>): for runtimes without LoRA support.",
+    )
+
+    secrets = forms.CharField(
+        label="Secrets",
+        required=False,
+        widget=forms.Textarea(
+            attrs={"rows": 2, "class": "code", "spellcheck": "false", "autocomplete": "off"}
+        ),
+        help_text="One <code>ENV_NAME=secret-name:KEY</code> a line, as for a container job; "
+        "e.g. <code>WANDB_API_KEY=wandb:WANDB_API_KEY</code> or "
+        "<code>MLFLOW_TRACKING_URI=mlflow:MLFLOW_TRACKING_URI</code> to report the run to W&amp;B "
+        "or MLflow.",
     )
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
@@ -142,6 +157,16 @@ class FinetuneJobForm(JobForm):
         if rate <= 0:
             raise ValidationError("Must be greater than zero.")
         return rate
+
+    def clean_secrets(self) -> dict[str, dict[str, str]]:
+        refs = resolve_secret_refs(
+            self.cleaned_data["secrets"], organization=self.project.organization
+        )
+        if payloads.CONFIG_ENV in refs:
+            raise ValidationError(
+                f"{payloads.CONFIG_ENV} carries the trainer's config and cannot come from a secret."
+            )
+        return refs
 
     def clean(self) -> dict:
         """An uploaded dataset must be the project's and is trained as its own format."""
@@ -196,4 +221,5 @@ class FinetuneJobForm(JobForm):
             config=self.config(),
             compute=self._compute(),
             priority_class=self.cleaned_data["priority_class"],
+            secret_env=self.cleaned_data["secrets"],
         )

@@ -23,9 +23,10 @@ from apps.core.errors import InvalidRequest
 from apps.core.serializers import StrictSerializer
 from apps.finetunes.datasets import check_dataset
 from apps.finetunes.hub_refs import check_hub_references
-from apps.jobs.specs import JobFileIn, request_from_spec
+from apps.jobs.specs import JobFileIn, SecretRefIn, env_name_problem, request_from_spec
 from apps.projects.models import Project
 from apps.providers import images
+from apps.secrets.selectors import SECRET_ENV_PARAM, validate_secret_env
 from trainer.formats import FORMATS
 
 # Not TRAINYARD_…: that prefix is the platform's own (see apps.jobs.specs).
@@ -89,6 +90,26 @@ class FinetuneCreateIn(FinetuneConfigIn):
         choices=["standard", "preemptible"], required=False, default="standard"
     )
     job_file = JobFileIn(required=False, allow_null=True)
+    secret_env = serializers.DictField(
+        child=SecretRefIn(),
+        required=False,
+        default=dict,
+        help_text="Variables the trainer gets from the organization's secrets, as a container "
+        "job's `secret_env`: e.g. `WANDB_API_KEY` or `MLFLOW_TRACKING_URI` (with its "
+        "credentials) to report the run to W&B or MLflow.",
+    )
+
+    def validate_secret_env(self, value: dict) -> dict:
+        errors = {name: problem for name in value if (problem := _secret_env_problem(name))}
+        if errors:
+            raise serializers.ValidationError(errors)
+        return value
+
+
+def _secret_env_problem(name: str) -> str | None:
+    if name == CONFIG_ENV:
+        return f"{CONFIG_ENV} carries the trainer's config and cannot come from a secret."
+    return env_name_problem(name)
 
 
 DEFAULT_COMPUTE = {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 20}
@@ -102,9 +123,11 @@ def job_payload(
     compute: dict | None = None,
     limits: dict | None = None,
     priority_class: str = "standard",
+    secret_env: dict | None = None,
     job_file: dict | None = None,
 ) -> dict:
-    """The job request (as `POST /jobs` takes it) that runs the trainer with `config`;
+    """The job request (as `POST /jobs` takes it) that runs the trainer with `config`, and
+    `secret_env` (references, resolved when the runner fetches its spec) in its environment;
     `job_file` is the file it was described in, kept with the job."""
     payload = {
         "name": name,
@@ -117,6 +140,8 @@ def job_payload(
             "env": {CONFIG_ENV: json.dumps(config, sort_keys=True)},
         },
     }
+    if secret_env:
+        payload["container"]["secret_env"] = secret_env
     if limits:
         payload["limits"] = limits
     if job_file:
@@ -135,6 +160,7 @@ def payload_from_api(body: object, *, project: Project) -> dict:
     )
     if not data["dataset_format"]:
         raise InvalidRequest("This field is required.", param="dataset_format")
+    _check_secret_refs(project, data["secret_env"])
     config = {field: data[field] for field in (*CONFIG_FIELDS, "seed", "save_steps")}
     if data["merge"]:
         config["merge"] = True
@@ -145,6 +171,7 @@ def payload_from_api(body: object, *, project: Project) -> dict:
         compute=data.get("compute"),
         limits=data.get("limits"),
         priority_class=data["priority_class"],
+        secret_env=data["secret_env"],
         job_file=data.get("job_file"),
     )
 
@@ -166,7 +193,19 @@ def request_of(job) -> dict:
     )
     if "limits" in container_request:
         body["limits"] = container_request["limits"]
+    if container_request["container"].get("secret_env"):
+        body["secret_env"] = container_request["container"]["secret_env"]
     return body
+
+
+def _check_secret_refs(project: Project, secret_env: dict) -> None:
+    """Every reference names a key of a secret of the project's organization; the error
+    names the field as this request spells it (`secret_env.NAME`)."""
+    try:
+        validate_secret_env(organization=project.organization, secret_env=secret_env)
+    except InvalidRequest as error:
+        param = (error.param or "").replace(SECRET_ENV_PARAM, "secret_env", 1)
+        raise InvalidRequest(str(error.detail), param=param) from None
 
 
 def config_of(job) -> dict | None:

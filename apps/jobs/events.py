@@ -37,6 +37,8 @@ class JobEventType(models.TextChoices):
     GRADING = "grading", "Grading"
     PUBLISHED_TO_HUB = "published_to_hub", "Published to the hub"
     PUBLISH_FAILED = "publish_failed", "Publishing to the hub failed"
+    # where the workload reports its run (W&B, MLflow): the job page links to it
+    TRACKER_RUN = "tracker_run", "Tracker run"
     # serving
     SERVICE_READY = "service_ready", "Server listening"
     # into the running job (SSH gateway, the job page's terminal)

@@ -64,6 +64,11 @@ def _check_env_name(name: str) -> str | None:
     return None
 
 
+# The rule for a workload's variable names, for the requests of other apps that set some (a
+# fine-tune's `secret_env`).
+env_name_problem = _check_env_name
+
+
 def _check_file_path(path: str) -> str | None:
     """Why `path` cannot name an inline file, or None: it must be relative, inside the
     working directory, and not name the directory itself."""

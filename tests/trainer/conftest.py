@@ -106,16 +106,19 @@ def start_trainer(
     resume_from: Path | None = None,
     on_line: Callable[[Running, str], None] | None = None,
     zygote: Zygote | None = None,
+    env: dict[str, str] | None = None,
 ) -> Running:
     """`python -m trainer --config-json ...` as the runner starts it: TRAINYARD_CHECKPOINT_DIR
-    an existing absolute directory, TRAINYARD_RESUME_FROM empty or a checkpoint. With
-    `zygote`, forked from it with the imports done (tests/trainer/zygote.py)."""
+    an existing absolute directory, TRAINYARD_RESUME_FROM empty or a checkpoint, and `env`
+    on top (the job's own variables). With `zygote`, forked from it with the imports done
+    (tests/trainer/zygote.py)."""
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
         "TRAINYARD_CHECKPOINT_DIR": str(checkpoint_dir),
         "TRAINYARD_RESUME_FROM": str(resume_from) if resume_from else "",
         **IMPORT_ENV,
+        **(env or {}),
     }
     args = ["trainer", "--config-json", json.dumps(config)]
     if zygote is not None:

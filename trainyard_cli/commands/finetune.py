@@ -9,7 +9,7 @@ import uuid
 from trainyard_cli import output
 from trainyard_cli.client import UsageError
 from trainyard_cli.commands import Context, seg
-from trainyard_cli.commands.jobs import limits_of
+from trainyard_cli.commands.jobs import limits_of, parse_secrets
 from trainyard_cli.commands.uploads import upload_dataset
 
 
@@ -42,6 +42,7 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
         "merge": True if args.merge else None,
         "priority_class": args.priority,
         "limits": limits_of(args) or None,
+        "secret_env": parse_secrets(args.secret) or None,
     }
     body.update({k: v for k, v in optional.items() if v is not None})
     job = ctx.client.post_json(

@@ -171,6 +171,26 @@ def artifacts_context(job: Job) -> dict:
     }
 
 
+TRACKER_LABELS = {"wandb": "W&B", "mlflow": "MLflow"}
+
+
+def tracker_runs_context(job: Job) -> dict:
+    """The job's tracker runs (W&B, MLflow) for the links under its status: one per run the
+    workload reported, the attempt named when the job had several."""
+    events = list(JobEvent.objects.filter(job=job, type=JobEventType.TRACKER_RUN).order_by("id"))
+    several = len({event.attempt for event in events}) > 1
+    runs = [
+        {
+            "label": TRACKER_LABELS.get(event.data.get("tracker"), "Tracker"),
+            "url": event.data.get("url"),
+            "run_id": event.data.get("run_id", ""),
+            "attempt": event.attempt if several else None,
+        }
+        for event in events
+    ]
+    return {"tracker_runs": runs}
+
+
 def waiting_reason(job: Job) -> str:
     """Why a job that waits for hardware is waiting, in the overview's words ("" for one
     that does not wait)."""
@@ -226,6 +246,7 @@ def render_page_context(job: Job) -> dict:
         "chart_resumes": resume_steps(job),
         "config_json": json.dumps(job.spec, indent=2, sort_keys=True),
         **{key: value for key, value in artifacts_context(job).items() if key != "job"},
+        **tracker_runs_context(job),
     }
 
 
@@ -247,6 +268,8 @@ def render_push(
     rows = [event_row(e) for e in events]
     if any(event.type in ARTIFACT_EVENTS for event in events):
         parts.append(_render("artifacts.html", {**artifacts_context(job), "oob": True}))
+    if any(event.type == JobEventType.TRACKER_RUN for event in events):
+        parts.append(_render("tracker_runs.html", {**tracker_runs_context(job), "oob": True}))
     parts += [_resume_part(event) for event in events if event.type in RESUME_EVENTS]
     points = list(MetricPoint.objects.filter(id__in=metric_ids).order_by("id"))
     rows += [metric_row(p) for p in points]
@@ -272,6 +295,7 @@ def render_catch_up(job: Job, *, after_event: int, after_log: int, after_metric:
         _render("live_marker.html", {"seq": job.live_seq, "oob": True}),
         _state_parts(job),
         _render("artifacts.html", {**artifacts_context(job), "oob": True}),
+        _render("tracker_runs.html", {**tracker_runs_context(job), "oob": True}),
     ]
     events = list(JobEvent.objects.filter(job=job, id__gt=after_event).order_by("id")[:1000])
     points = list(MetricPoint.objects.filter(job=job, id__gt=after_metric).order_by("id")[:5000])

@@ -41,7 +41,7 @@ from apps.jobs.events import JobEventType
 from apps.jobs.kinds import hooks_for
 from apps.jobs.live import push
 from apps.jobs.models import Attempt, Job, LogLine, MetricPoint
-from apps.jobs.telemetry import series
+from apps.jobs.telemetry import series, tracker_runs
 from apps.jobs.telemetry.masking import secret_masker
 from apps.jobs.telemetry.metrics import MAX_STEP, may_hold_metric_lines, parse_metric_line
 from runner import protocol
@@ -338,6 +338,7 @@ def _needs_parsing(text: str) -> bool:
         may_hold_metric_lines(text)
         or f'"{protocol.LINE_GRADING}"' in text
         or f'"{protocol.LINE_SERVING}"' in text
+        or f'"{protocol.LINE_TRACKER_RUN}"' in text
     )
 
 
@@ -358,6 +359,10 @@ def _store_parsed(job: Job, attempt: int, inserted, times, dropped: _Dropped) ->
                 _record_grading(job, attempt, inserted, dropped)
             if f'"{protocol.LINE_SERVING}"' in text:
                 _record_service_port(job, attempt, inserted)
+            if f'"{protocol.LINE_TRACKER_RUN}"' in text:
+                tracker_runs.record(
+                    job, attempt, _user_json_lines(inserted, protocol.LINE_TRACKER_RUN)
+                )
             return metric_ids
     except (DataError, IntegrityError, ValueError) as exc:
         logger.warning("metrics of a log batch of job %s not stored", job.pk, exc_info=True)
@@ -517,6 +522,21 @@ def _record_grading(job: Job, attempt: int, inserted, dropped: _Dropped) -> None
                 message=f"Self-grading {verdict}.",
                 data=data,
             )
+
+
+def _user_json_lines(inserted, line_type: str) -> list[dict]:
+    """The JSON objects of `type` `line_type` among the inserted user lines, in seq order."""
+    found = []
+    for _seq, source, message in inserted:
+        if source != LogLine.Source.USER or f'"{line_type}"' not in message:
+            continue
+        try:
+            line = json.loads(message)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(line, dict) and line.get("type") == line_type:
+            found.append(line)
+    return found
 
 
 def _record_service_port(job: Job, attempt: int, inserted) -> None:

@@ -248,6 +248,34 @@ class JobForm(forms.Form):
                 return
 
 
+def resolve_secret_refs(text: str, *, organization: Organization) -> dict[str, dict[str, str]]:
+    """A Secrets field's lines as {ENV_NAME: {secret_id, key}}, secret names resolved within
+    `organization`; ValidationError names every line that does not resolve."""
+    refs = parse_secret_refs(text)
+    if not refs:
+        return {}
+    names = {secret_name for secret_name, _ in refs.values()}
+    found = {
+        secret.name: secret
+        for secret in Secret.objects.for_org(organization)
+        .filter(name__in=names)
+        .only("name", "public_id", "keys")
+    }
+    resolved: dict[str, dict[str, str]] = {}
+    errors: list[str] = []
+    for env_name, (secret_name, key) in refs.items():
+        secret = found.get(secret_name)
+        if secret is None:
+            errors.append(f"{env_name}: no secret named {secret_name} in this organization.")
+        elif key not in secret.keys:
+            errors.append(f"{env_name}: secret {secret_name} has no key {key}.")
+        else:
+            resolved[env_name] = {"secret_id": secret.public_id, "key": key}
+    if errors:
+        raise ValidationError(errors)
+    return resolved
+
+
 class ContainerJobForm(JobForm):
     """Any image, with a command or a script."""
 
@@ -429,30 +457,7 @@ class ContainerJobForm(JobForm):
         return parse_env(self.cleaned_data["env"])
 
     def clean_secrets(self) -> dict[str, dict[str, str]]:
-        """{ENV_NAME: {secret_id, key}}, secret names resolved within the organization."""
-        refs = parse_secret_refs(self.cleaned_data["secrets"])
-        if not refs:
-            return {}
-        names = {secret_name for secret_name, _ in refs.values()}
-        found = {
-            secret.name: secret
-            for secret in Secret.objects.for_org(self.organization)
-            .filter(name__in=names)
-            .only("name", "public_id", "keys")
-        }
-        resolved: dict[str, dict[str, str]] = {}
-        errors: list[str] = []
-        for env_name, (secret_name, key) in refs.items():
-            secret = found.get(secret_name)
-            if secret is None:
-                errors.append(f"{env_name}: no secret named {secret_name} in this organization.")
-            elif key not in secret.keys:
-                errors.append(f"{env_name}: secret {secret_name} has no key {key}.")
-            else:
-                resolved[env_name] = {"secret_id": secret.public_id, "key": key}
-        if errors:
-            raise ValidationError(errors)
-        return resolved
+        return resolve_secret_refs(self.cleaned_data["secrets"], organization=self.organization)
 
     def clean_ssh_public_key(self) -> str | None:
         return self.cleaned_data["ssh_public_key"] or None
