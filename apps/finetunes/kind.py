@@ -12,6 +12,7 @@ HOST_PATH_PREFIXES = ("/", "./", "../", "~")
 
 class Finetune(JobKind):
     form_class = "apps.finetunes.forms.FinetuneJobForm"
+    config_env = payloads.CONFIG_ENV
 
     def runner_inputs(self, job: Job) -> tuple[list[inputs.RunnerInput], dict[str, str]]:
         """The uploaded dataset the config names, and the config pointing at its copy."""

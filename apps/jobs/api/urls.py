@@ -1,12 +1,13 @@
 from django.urls import path
 
-from apps.jobs.api import jobs, log_text, metrics, operator, quotes
+from apps.jobs.api import compare, jobs, log_text, metrics, operator, quotes
 
 urlpatterns = [
     path("compute/catalog/quotes", quotes.QuoteView.as_view(), name="api-quotes"),
     path("compute/market/ladder", quotes.LadderView.as_view(), name="api-market-ladder"),
     path("compute/jobs", jobs.JobCollectionView.as_view(), name="api-jobs"),
     path("compute/jobs/plan", jobs.JobPlanView.as_view(), name="api-jobs-plan"),
+    path("compute/jobs/compare", compare.JobCompareView.as_view(), name="api-jobs-compare"),
     path("compute/jobs/<str:job_id>", jobs.JobDetailView.as_view(), name="api-job"),
     path(
         "compute/jobs/<str:job_id>/terminate",
