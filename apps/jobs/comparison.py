@@ -11,7 +11,9 @@ Decisions the brief left open:
   training kind's config (`JobKind.config_env`) is shown as `training.<field>` in place of
   the env entry that carries it as JSON. Dicts flatten to dotted keys; lists stay values.
 - "Best" is the lowest value, except for series whose name says higher is better
-  (`HIGHER_IS_BETTER`: accuracy, f1, reward, ...). NaN and infinite points are never best.
+  (`HIGHER_IS_BETTER`: accuracy, f1, reward, throughput, ...), and there is none for the
+  series that follow a schedule rather than measure the run (`NO_BEST`: epoch, learning
+  rate, grad norm). NaN and infinite points are never best.
 - Another organization's job is the same 404 as a job that does not exist.
 """
 
@@ -51,6 +53,10 @@ HIGHER_IS_BETTER = (
     "auc",
     "exact_match",
 )
+# Rates of work done: tokens_per_s, samples_per_second, throughput, mfu_pct.
+_THROUGHPUT = re.compile(r"per_s(ec(ond)?)?\b|throughput|mfu")
+# Series with no better direction: the schedule the run follows, or a diagnostic.
+NO_BEST = frozenset({"epoch", "learning_rate", "lr", "grad_norm"})
 _ID = re.compile(r"^job_[A-Za-z0-9]{1,28}$")
 _WORDS = re.compile(r"[^a-z0-9]+")
 
@@ -60,7 +66,7 @@ class MetricSummary:
     final: float | None
     final_step: int
     best: float | None
-    goal: str  # "min" or "max"
+    goal: str | None  # "min", "max", or None: no value is better (NO_BEST)
     points: int
 
 
@@ -175,11 +181,15 @@ def differences(configs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
     return different
 
 
-def goal_of(name: str) -> str:
-    """`max` for a series that is better higher (its name holds a HIGHER_IS_BETTER word),
-    else `min`."""
-    words = set(_WORDS.split(name.lower()))
-    return "max" if words.intersection(HIGHER_IS_BETTER) else "min"
+def goal_of(name: str) -> str | None:
+    """`max` for a series that is better higher (its name holds a HIGHER_IS_BETTER word, or
+    is a rate of work), None for one of NO_BEST, else `min`."""
+    lowered = name.lower()
+    if lowered in NO_BEST:
+        return None
+    if set(_WORDS.split(lowered)).intersection(HIGHER_IS_BETTER) or _THROUGHPUT.search(lowered):
+        return "max"
+    return "min"
 
 
 def metric_summaries(jobs: list[Job]) -> dict[int, dict[str, MetricSummary]]:
@@ -202,7 +212,7 @@ def metric_summaries(jobs: list[Job]) -> dict[int, dict[str, MetricSummary]]:
             per_job[name] = MetricSummary(
                 final=entry.get("value"),
                 final_step=entry["step"],
-                best=high if goal == "max" else low,
+                best={"max": high, "min": low}.get(goal),
                 goal=goal,
                 points=entry.get("points", 0),
             )

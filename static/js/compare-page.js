@@ -9,6 +9,7 @@
   var box = document.getElementById("compare-chart");
   if (!box) return;
   var chart = null, drawnMetric = null, current = null;
+  var STEP_INCREMENTS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
 
   function read() {
     var source = document.getElementById("compare-series");
@@ -66,8 +67,28 @@
       width: box.clientWidth || 600, height: 260,
       scales: { x: { time: false } },
       series: series,
-      axes: [axis("step"), axis(data.metric || "")],
+      // Steps are whole numbers: no tick between two of them.
+      axes: [Object.assign(axis("step"), { incrs: STEP_INCREMENTS }), axis(data.metric || "")],
     }, aligned(data), box);
+  }
+
+  // The picker offers every metric any job has recorded so far: a job that is still
+  // running may add one, and a page opened before the first point had none.
+  var picker = document.getElementById("metric-picker");
+  function syncPicker(data) {
+    if (!picker) return;
+    var names = data.names || [];
+    var have = Array.from(picker.options).map(function (o) { return o.value; });
+    if (names.length && have.join("\n") !== names.join("\n")) {
+      picker.replaceChildren.apply(picker, names.map(function (name) {
+        var option = document.createElement("option");
+        option.value = name;
+        option.textContent = name;
+        return option;
+      }));
+    }
+    if (data.metric) picker.value = data.metric;
+    picker.disabled = !names.length;
   }
 
   function update() {
@@ -75,6 +96,7 @@
     if (!data) return;
     current = data;
     mark(data);
+    syncPicker(data);
     if (!chart || data.metric !== drawnMetric) draw(data);
     else chart.setData(aligned(data));
     box.setAttribute("aria-label", (data.metric || "metric") + " of each job by step");

@@ -1,6 +1,7 @@
 """`trainyard compare JOB JOB…`: the jobs side by side, as `GET /compute/jobs/compare`
 answers — each job's state, cost and duration, the settings whose values differ, and each
-metric's final and best value (`final / best`)."""
+metric's final and best value (`final / best`; only the final one of a schedule such
+as the learning rate)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ def run(ctx: Context, args: argparse.Namespace) -> int:
 def _final_best(summary: dict | None) -> str:
     if summary is None:
         return "-"
+    if summary["goal"] is None:  # a schedule (epoch, learning rate): no value is best
+        return output.text(summary["final"])
     return f"{output.text(summary['final'])} / {output.text(summary['best'])}"
 
 

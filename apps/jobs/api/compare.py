@@ -20,9 +20,14 @@ class MetricSummaryOut(serializers.Serializer):
     final = serializers.FloatField(allow_null=True, help_text="the latest point's value")
     final_step = serializers.IntegerField()
     best = serializers.FloatField(
-        allow_null=True, help_text="the lowest finite value, the highest where goal is max"
+        allow_null=True,
+        help_text="the lowest finite value, the highest where goal is max; null where goal is",
     )
-    goal = serializers.ChoiceField(choices=["min", "max"])
+    goal = serializers.ChoiceField(
+        choices=["min", "max"],
+        allow_null=True,
+        help_text="which way is better; null for a schedule (epoch, learning_rate, grad_norm)",
+    )
     points = serializers.IntegerField()
 
 

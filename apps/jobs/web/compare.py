@@ -69,6 +69,7 @@ def live_context(result: comparison.Comparison, asked_metric: str | None) -> dic
         "poll_s": POLL_S,
         "chart": {
             "metric": metric,
+            "names": result.metric_names,  # the picker's options: a running job adds some
             "jobs": [
                 {"id": job.public_id, "name": job.name, "points": points.get(job.pk, [])}
                 for job in jobs

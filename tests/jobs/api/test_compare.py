@@ -66,8 +66,8 @@ def pair(org, project) -> tuple[Job, Job]:
         "lr-3e-3",
         [
             '{"step": 1, "loss": 2.0}',
-            '{"step": 2, "loss": 1.5, "eval_accuracy": 0.4}',
-            '{"step": 3, "loss": 1.7, "eval_accuracy": 0.7}',
+            '{"step": 2, "loss": 1.5, "eval_accuracy": 0.4, "lr": 0.003, "tokens_per_s": 90.0}',
+            '{"step": 3, "loss": 1.7, "eval_accuracy": 0.7, "lr": 0.002, "tokens_per_s": 120.0}',
         ],
         learning_rate=0.003,
     )
@@ -91,7 +91,7 @@ def test_two_finetunes_differ_only_in_their_learning_rate(api, pair):
     assert body["differences"] == {
         "training.learning_rate": {fast.public_id: 0.003, slow.public_id: 0.001}
     }
-    assert body["metric_names"] == ["eval_accuracy", "loss"]
+    assert body["metric_names"] == ["eval_accuracy", "learning_rate", "loss", "tokens_per_s"]
     first = body["jobs"][0]
     assert first["name"] == "lr-3e-3"
     assert first["state"] == "succeeded"
@@ -106,6 +106,15 @@ def test_two_finetunes_differ_only_in_their_learning_rate(api, pair):
     # Accuracy is better higher: its best is its highest.
     assert first["metrics"]["eval_accuracy"]["best"] == 0.7
     assert first["metrics"]["eval_accuracy"]["goal"] == "max"
+    assert first["metrics"]["tokens_per_s"]["best"] == 120.0
+    # A schedule has no best: only where it ended.
+    assert first["metrics"]["learning_rate"] == {
+        "final": 0.002,
+        "final_step": 3,
+        "best": None,
+        "goal": None,
+        "points": 2,
+    }
     assert body["jobs"][1]["metrics"]["loss"]["best"] == 1.2
     assert "eval_accuracy" not in body["jobs"][1]["metrics"]
     # The trainer config as its own keys, not the env entry that carries it; no name.
@@ -320,6 +329,7 @@ def test_the_cli_prints_the_differences_and_final_and_best_metrics(cli, capsys, 
     assert "training.learning_rate 0.003 0.001" in lines
     assert "loss 1.7 / 1.5 1.4 / 1.2" in lines
     assert "eval_accuracy 0.7 / 0.7 -" in lines
+    assert "learning_rate 0.002 -" in lines  # a schedule: where it ended, no best
     assert any(line.startswith(f"{fast.public_id} lr-3e-3 succeeded") for line in lines)
 
 
