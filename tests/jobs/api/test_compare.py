@@ -13,7 +13,7 @@ from django.test import Client
 
 from apps.accounts import services as account_services
 from apps.finetunes import payloads
-from apps.jobs import services
+from apps.jobs import comparison, services
 from apps.jobs.execution import reports, supervision
 from apps.jobs.models import Job
 from tests.jobs.api.test_metrics import Runner
@@ -128,6 +128,23 @@ def test_two_finetunes_differ_only_in_their_learning_rate(api, pair):
     assert first["duration_s"] == (job.terminal_at - job.started_at).total_seconds()
 
 
+def test_a_nan_is_a_final_value_of_null_never_the_best_and_a_gap_on_the_chart(
+    api, client_for, member, org, project, pair
+):
+    fast, _ = pair
+    diverged = finetune(
+        org, project, "diverged", ['{"step": 1, "loss": 3.0}', '{"step": 2, "loss": NaN}']
+    )
+    ids = f"{fast.public_id},{diverged.public_id}"
+
+    body = api.get(COMPARE, {"ids": ids}).json()
+    region = client_for(member).get(f"/o/{org.slug}/jobs/compare/live/", {"ids": ids})
+
+    loss = body["jobs"][1]["metrics"]["loss"]
+    assert (loss["final"], loss["final_step"], loss["best"], loss["points"]) == (None, 2, 3.0, 2)
+    assert region.context["chart"]["jobs"][1]["points"] == [[1, 3.0], [2, None]]
+
+
 def test_ids_may_also_come_as_a_repeated_parameter(api, pair):
     fast, slow = pair
     response = api.get(f"{COMPARE}?ids={slow.public_id}&ids={fast.public_id}")
@@ -239,6 +256,22 @@ def test_the_live_region_polls_while_a_job_runs_and_follows_the_picked_metric(
         [],
     ]
     assert '<tr data-key="training.seed">' in html
+
+
+def test_a_long_series_is_drawn_from_an_even_sample_of_its_points(
+    client_for, member, org, project, pair, monkeypatch
+):
+    fast, slow = pair
+    monkeypatch.setattr(comparison, "CHART_MAX_POINTS", 2)  # 3 points: every other one
+
+    region = client_for(member).get(
+        f"/o/{org.slug}/jobs/compare/live/", {"ids": f"{fast.public_id},{slow.public_id}"}
+    )
+
+    assert [job["points"] for job in region.context["chart"]["jobs"]] == [
+        [[1, 2.0], [3, 1.7]],
+        [[1, 2.2], [3, 1.4]],
+    ]
 
 
 def test_the_page_refuses_bad_picks_and_hides_other_organizations_jobs(
