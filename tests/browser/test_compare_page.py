@@ -50,6 +50,13 @@ def test_two_finetunes_are_compared_curves_drawn_and_only_the_learning_rate_diff
     page.get_by_label("Pick lr-3e-3 to compare").check()
     page.get_by_label("Pick lr-1e-3 to compare").check()
     expect(page.locator("#compare-count")).to_have_text("2 picked.")
+    # A push replaces a row when its job moves on, and its checkbox with it: still ticked.
+    row = page.locator(f"#job-row-{fast.public_id}")
+    ticked_in = row.get_attribute("data-state")
+    assert ticked_in != "succeeded"
+    expect(row).not_to_have_attribute("data-state", ticked_in, timeout=120_000)
+    expect(page.get_by_label("Pick lr-3e-3 to compare")).to_be_checked()
+    expect(page.get_by_label("Pick lr-1e-3 to compare")).to_be_checked()
     page.get_by_role("button", name="Compare").click()
 
     page.wait_for_url(
