@@ -20,6 +20,7 @@ from trainyard_cli.commands import (
     Context,
     apply,
     artifacts,
+    compare,
     datasets,
     finetune,
     jobs,
@@ -206,6 +207,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--since-step", type=int)
     _json_flag(p)
     p.set_defaults(handler=metrics.run)
+
+    p = commands.add_parser(
+        "compare", help="jobs side by side: differing settings, final and best metrics"
+    )
+    p.add_argument("jobs", nargs="+", metavar="JOB", help="2 to 10 job ids")
+    _json_flag(p)
+    p.set_defaults(handler=compare.run)
 
     p = commands.add_parser("terminate", help="terminate a job (idempotent)")
     p.add_argument("job")

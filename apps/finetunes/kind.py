@@ -12,6 +12,7 @@ HOST_PATH_PREFIXES = ("/", "./", "../", "~")
 
 class Finetune(JobKind):
     form_class = "apps.finetunes.forms.FinetuneJobForm"
+    config_env = payloads.CONFIG_ENV
     create_operation = "projects_finetunes_create"
 
     def rerun_request(self, job: Job) -> dict:

@@ -47,6 +47,12 @@ class JobKind:
     # Read by web.new_job (page_forms).
     form_class: str | None = None
 
+    # The env entry of the spec's container that carries `training_config` as JSON (None:
+    # none does). The compare page shows that config's fields in its place, so two
+    # fine-tunes differ by `training.learning_rate`, not by one long JSON string.
+    # Read by comparison (config_of).
+    config_env: str | None = None
+
     def usage_resource(self, job: Job) -> tuple[str, str, str]:
         """How billing's usage names the job's minutes: (resource type, id, name).
         Called by execution.attempts (_meter_fields)."""

@@ -11,6 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from apps.accounts.models import Membership, Role
@@ -34,12 +35,12 @@ def _sweep(membership: Membership, project: Project, sweep_id: str) -> SweepView
 
 
 def compare_url(org_slug: str, view: SweepView) -> str | None:
-    """The compare page of the sweep's trials that have a job (the jobs app's
-    `/o/<org>/jobs/compare/?ids=…`), or None with fewer than two."""
+    """The compare page of the sweep's trials that have a job, or None with fewer than two."""
     ids = [trial.job_id for trial in view.trials if trial.job_id]
     if len(ids) < 2:
         return None
-    return f"/o/{org_slug}/jobs/compare/?{urlencode({'ids': ','.join(ids)}, safe=',')}"
+    page = reverse("jobs-compare", kwargs={"org_slug": org_slug})
+    return f"{page}?{urlencode({'ids': ','.join(ids)}, safe=',')}"
 
 
 @login_required

@@ -61,7 +61,7 @@ def describe(where: str, violation: dict) -> str:
     )
 
 
-def _pages(team: dict, job: Job, endpoint_url: str) -> dict[str, str]:
+def _pages(team: dict, job: Job, other: Job, endpoint_url: str) -> dict[str, str]:
     org = team["org"].slug
     project = {"org_slug": org, "project_slug": team["project"].slug}
     return {
@@ -70,6 +70,8 @@ def _pages(team: dict, job: Job, endpoint_url: str) -> dict[str, str]:
         "project-jobs": reverse("project-detail", kwargs=project),
         "new-job": reverse("job-new", kwargs=project),
         "job": reverse("job-detail", kwargs={"org_slug": org, "job_id": job.public_id}),
+        "compare": reverse("jobs-compare", kwargs={"org_slug": org})
+        + f"?ids={job.public_id},{other.public_id}",
         "datasets": reverse("project-datasets", kwargs=project),
         "settings": reverse("org-settings", kwargs={"org_slug": org}),
         "billing": reverse("billing-page", kwargs={"org_slug": org}),
@@ -98,6 +100,15 @@ def test_every_page_in_both_themes_has_no_serious_accessibility_violation(
             "container": {"image": "local", "command": ["python", "-c", TRAINS]},
         },
     ).job
+    other = services.job_create(
+        organization=team["org"],
+        payload={
+            "name": "smaller-run",
+            "project": team["project"].public_id,
+            "compute": {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 1},
+            "container": {"image": "local", "command": ["python", "-c", TRAINS]},
+        },
+    ).job
     uploaded_dataset(team["project"], name="Greetings")
     served = served_endpoint(team["project"], user=member)
     for latency in (80, 120, 400):
@@ -109,7 +120,7 @@ def test_every_page_in_both_themes_has_no_serious_accessibility_violation(
             latency_ms=latency,
             started_at=served.r2.ready_at,
         )
-    pages = _pages(team, job, served.url)
+    pages = _pages(team, job, other, served.url)
 
     problems: list[str] = []
 
@@ -137,9 +148,12 @@ def test_every_page_in_both_themes_has_no_serious_accessibility_violation(
             page.get_by_role("button", name="Sign in").click()
             page.wait_for_url(lambda url: "/accounts/login/" not in url)
             wait_until(
-                lambda: Job.objects.filter(pk=job.pk, state__in=TERMINAL_STATES).exists(),
+                lambda: (
+                    Job.objects.filter(pk__in=(job.pk, other.pk), state__in=TERMINAL_STATES).count()
+                    == 2
+                ),
                 timeout=60,
-                what="the job to finish",
+                what="the jobs to finish",
             )
             for name in names:
                 _visit(page, pages[name])

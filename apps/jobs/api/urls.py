@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.jobs.api import job_file, jobs, log_text, metrics, operator, quotes
+from apps.jobs.api import compare, job_file, jobs, log_text, metrics, operator, quotes
 
 urlpatterns = [
     path("compute/catalog/quotes", quotes.QuoteView.as_view(), name="api-quotes"),
@@ -8,6 +8,7 @@ urlpatterns = [
     path("compute/jobs", jobs.JobCollectionView.as_view(), name="api-jobs"),
     path("compute/jobs/plan", jobs.JobPlanView.as_view(), name="api-jobs-plan"),
     path("compute/jobs/schema", job_file.JobFileSchemaView.as_view(), name="api-jobs-schema"),
+    path("compute/jobs/compare", compare.JobCompareView.as_view(), name="api-jobs-compare"),
     path("compute/jobs/<str:job_id>", jobs.JobDetailView.as_view(), name="api-job"),
     path(
         "compute/jobs/<str:job_id>/terminate",

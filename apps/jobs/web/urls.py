@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.jobs.web import dashboard, new_job, views
+from apps.jobs.web import compare, dashboard, new_job, views
 
 urlpatterns = [
     path("o/<slug:org_slug>/", dashboard.overview, name="overview"),
@@ -16,6 +16,11 @@ urlpatterns = [
         name="job-new",
     ),
     path("o/<slug:org_slug>/quote/", new_job.job_quote, name="job-quote"),
+    # Before `jobs/<str:job_id>/`, which would take `compare` for a job id.
+    path("o/<slug:org_slug>/jobs/compare/", compare.jobs_compare, name="jobs-compare"),
+    path(
+        "o/<slug:org_slug>/jobs/compare/live/", compare.jobs_compare_live, name="jobs-compare-live"
+    ),
     path("o/<slug:org_slug>/jobs/<str:job_id>/", views.job_detail, name="job-detail"),
     path("o/<slug:org_slug>/jobs/<str:job_id>/live/", views.job_live, name="job-live"),
     path("o/<slug:org_slug>/jobs/<str:job_id>/logs/", views.job_logs_older, name="job-logs-older"),
