@@ -312,6 +312,10 @@ SPECTACULAR_SETTINGS = {
         "PromotionKindEnum": "apps.serving.serializers.PROMOTION_KINDS",
         "EndpointObjectEnum": ["endpoint"],
         "ListObjectEnum": ["list"],
+        "WebhookFormatEnum": "apps.webhooks.models.Webhook.Format",
+        "JobStateEnum": "apps.jobs.states.JobState",
+        "SweepStateEnum": "apps.sweeps.models.Sweep.State",
+        "TrialStateEnum": "apps.sweeps.models.Trial.State",
     },
 }
 

@@ -45,6 +45,9 @@ fi
 exec python -m trainer --config-json "${CONFIG_ENV}"
 """
 CONFIG_FIELDS = ("model", "dataset", "dataset_format", "max_samples", "max_steps", "learning_rate")
+# The adapter's shape: in the config only when the request gives them (else the trainer's
+# defaults, `trainer.config.TrainConfig`: rank 16, alpha 32, dropout 0.05).
+LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout")
 
 
 class FinetuneConfigIn(StrictSerializer):
@@ -72,6 +75,15 @@ class FinetuneConfigIn(StrictSerializer):
     learning_rate = serializers.FloatField(min_value=1e-9, max_value=1.0, default=2e-4)
     seed = serializers.IntegerField(required=False, default=42)
     save_steps = serializers.IntegerField(min_value=1, required=False, default=10)
+    lora_r = serializers.IntegerField(
+        min_value=1, max_value=1024, required=False, help_text="The LoRA rank (default 16)."
+    )
+    lora_alpha = serializers.FloatField(
+        min_value=1e-6, max_value=4096, required=False, help_text="The LoRA alpha (default 32)."
+    )
+    lora_dropout = serializers.FloatField(
+        min_value=0, max_value=0.99, required=False, help_text="The LoRA dropout (default 0.05)."
+    )
     merge = serializers.BooleanField(
         required=False,
         default=False,
@@ -162,6 +174,7 @@ def payload_from_api(body: object, *, project: Project) -> dict:
         raise InvalidRequest("This field is required.", param="dataset_format")
     _check_secret_refs(project, data["secret_env"])
     config = {field: data[field] for field in (*CONFIG_FIELDS, "seed", "save_steps")}
+    config.update({field: data[field] for field in LORA_FIELDS if field in data})
     if data["merge"]:
         config["merge"] = True
     return job_payload(
@@ -182,7 +195,9 @@ def request_of(job) -> dict:
     container_request = request_from_spec(job.spec, project_id=job.project.public_id)
     config = config_of(job) or {}
     body = {
-        field: config[field] for field in (*CONFIG_FIELDS, "seed", "save_steps") if field in config
+        field: config[field]
+        for field in (*CONFIG_FIELDS, "seed", "save_steps", *LORA_FIELDS)
+        if field in config
     }
     if config.get("merge"):
         body["merge"] = True

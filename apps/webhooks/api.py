@@ -74,7 +74,7 @@ class WebhookIn(serializers.Serializer):
     events = serializers.ListField(
         child=serializers.ChoiceField(choices=SUBSCRIBABLE), allow_empty=False
     )
-    format = serializers.ChoiceField(choices=Webhook.Format.values, default=Webhook.Format.JSON)
+    format = serializers.ChoiceField(choices=Webhook.Format.choices, default=Webhook.Format.JSON)
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)
     enabled = serializers.BooleanField(required=False, default=True)
 
@@ -84,12 +84,12 @@ class WebhookPatchIn(serializers.Serializer):
     events = serializers.ListField(
         child=serializers.ChoiceField(choices=SUBSCRIBABLE), allow_empty=False, required=False
     )
-    format = serializers.ChoiceField(choices=Webhook.Format.values, required=False)
+    format = serializers.ChoiceField(choices=Webhook.Format.choices, required=False)
     description = serializers.CharField(max_length=200, required=False, allow_blank=True)
     enabled = serializers.BooleanField(required=False)
 
 
-class AttemptOut(serializers.ModelSerializer):
+class DeliveryAttemptOut(serializers.ModelSerializer):
     class Meta:
         model = DeliveryAttempt
         fields = ["number", "started_at", "duration_ms", "response_code", "error"]
@@ -97,7 +97,7 @@ class AttemptOut(serializers.ModelSerializer):
 
 class DeliveryOut(serializers.ModelSerializer):
     id = serializers.CharField(source="public_id")
-    attempt_log = AttemptOut(source="attempt_rows", many=True)
+    attempt_log = DeliveryAttemptOut(source="attempt_rows", many=True)
 
     class Meta:
         model = Delivery

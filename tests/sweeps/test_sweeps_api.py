@@ -85,6 +85,22 @@ def test_a_grid_sweep_creates_its_trials_and_starts_as_many_as_its_concurrency(
     assert payloads.config_of(jobs[started[1]])["max_steps"] == 4
 
 
+def test_a_sweep_over_the_lora_rank_gives_each_trial_its_rank_and_refuses_a_zero_one(
+    api_client_for, org, project
+):
+    api = api_client_for(org)
+    refused = _post(api, project, sweep_body(params={"lora_r": [8, 0]}))
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "params.lora_r"
+
+    response = _post(api, project, sweep_body(params={"lora_r": [8, 32]}))
+
+    assert response.status_code == 201, response.json()
+    jobs = Job.objects.filter(public_id__in=[t["job_id"] for t in response.json()["trials"]])
+    ranks = sorted(payloads.config_of(job)["lora_r"] for job in jobs)
+    assert ranks == [8, 32]
+
+
 @pytest.mark.parametrize(
     ("change", "param"),
     [
