@@ -45,8 +45,8 @@ from tests.providers.slurm_cluster import slurm_cluster, slurm_provider  # noqa:
 from tests.providers.ssh_fixtures import ssh_provider, ssh_state, sshd  # noqa: F401
 
 # The compute API client and its `compute_org`/`api` fixtures, shared by the integration and
-# serving tests.
-pytest_plugins = ["tests.compute_api"]
+# serving tests; the command line run in-process against the test's app (`cli_transport`).
+pytest_plugins = ["tests.compute_api", "tests.cli_in_process"]
 
 
 def pytest_configure(config):

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
-from django.core import signals
-from django.core.handlers.wsgi import WSGIHandler
-from django.db import close_old_connections
 
-from apps.accounts import services as account_services
 from apps.sweeps.models import Sweep
 from trainyard_cli.main import run
 
@@ -34,21 +29,9 @@ max_cost_usd: "2.50"
 
 
 @pytest.fixture
-def cli(org, project, monkeypatch, settings, tmp_path):
-    settings.ALLOWED_HOSTS = ["localhost"]
-    _, key = account_services.api_key_create(organization=org, name="cli")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    monkeypatch.setenv("TRAINYARD_URL", "http://localhost")
-    monkeypatch.setenv("TRAINYARD_API_KEY", key)
-    transport = httpx.WSGITransport(app=WSGIHandler())
-    # As Django's test client does: a request's end must not close the test's connection
-    # (its transaction holds the test's rows).
-    signals.request_started.disconnect(close_old_connections)
-    signals.request_finished.disconnect(close_old_connections)
-    yield lambda *argv: run(list(argv), transport=transport)
-    signals.request_started.connect(close_old_connections)
-    signals.request_finished.connect(close_old_connections)
+def cli(cli_transport, project):
+    """`trainyard …` against this test's app, in a project the sweep files name."""
+    return lambda *argv: run(list(argv), transport=cli_transport)
 
 
 def test_sweep_create_from_a_yaml_file_then_show_and_cancel(cli, project, tmp_path, capsys):

@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import pytest
-from django.test import Client
 
-from apps.accounts import services as account_services
 from apps.finetunes import payloads
 from apps.jobs import comparison, services
 from apps.jobs.execution import reports, supervision
 from apps.jobs.models import Job
 from tests.jobs.api.test_metrics import Runner
 from tests.jobs.helpers import make_job, running
-from trainyard_cli import client as cli_client
 from trainyard_cli.main import run
 
 pytestmark = pytest.mark.django_db
@@ -321,31 +317,11 @@ def test_both_jobs_lists_offer_a_checkbox_per_job_and_the_compare_form(
 
 
 @pytest.fixture
-def cli(org, monkeypatch, tmp_path):
-    """Run a `trainyard` command line against this test's server; (exit code, stdout)."""
-    _, key = account_services.api_key_create(organization=org, name="cli")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    monkeypatch.setenv("TRAINYARD_URL", "https://trainyard.test")
-    monkeypatch.setenv("TRAINYARD_API_KEY", key)
-    monkeypatch.setattr(cli_client, "RETRY_DELAY_S", 0)
-    django = Client()
-
-    def forward(request: httpx.Request) -> httpx.Response:
-        answer = django.generic(
-            request.method,
-            request.url.raw_path.decode(),
-            secure=True,
-            headers={"authorization": request.headers["authorization"]},
-        )
-        return httpx.Response(
-            answer.status_code,
-            headers={"content-type": answer.get("Content-Type", "application/json")},
-            content=answer.content,
-        )
+def cli(cli_transport):
+    """Run a `trainyard` command line against this test's app; (exit code, stdout+stderr)."""
 
     def invoke(capsys, *argv: str) -> tuple[int, str]:
-        code = run(list(argv), transport=httpx.MockTransport(forward))
+        code = run(list(argv), transport=cli_transport)
         captured = capsys.readouterr()
         return code, captured.out + captured.err
 

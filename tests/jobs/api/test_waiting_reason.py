@@ -5,12 +5,9 @@ test client."""
 
 from __future__ import annotations
 
-import httpx
 import pytest
-from django.test import Client
 from django.urls import reverse
 
-from apps.accounts import services as account_services
 from apps.billing.models import Transfer
 from apps.catalog.models import Offer
 from apps.finetunes import payloads
@@ -20,7 +17,6 @@ from apps.jobs.models import Job, JobEvent
 from apps.projects.models import Project
 from apps.providers.models import Provider
 from tests.jobs.helpers import job_body
-from trainyard_cli import client as cli_client
 from trainyard_cli.main import run
 
 pytestmark = pytest.mark.django_db
@@ -35,38 +31,11 @@ def api(api_client_for, org):
 
 
 @pytest.fixture
-def cli(org, monkeypatch, tmp_path):
-    """Run a `trainyard` command line against this test's server; (exit code, stdout)."""
-    _, key = account_services.api_key_create(organization=org, name="cli")
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
-    monkeypatch.setenv("TRAINYARD_URL", "https://trainyard.test")
-    monkeypatch.setenv("TRAINYARD_API_KEY", key)
-    monkeypatch.setattr(cli_client, "RETRY_DELAY_S", 0)
-    django = Client()
-
-    def forward(request: httpx.Request) -> httpx.Response:
-        path = request.url.raw_path.decode()
-        answer = django.generic(
-            request.method,
-            path,
-            data=request.read(),
-            content_type=request.headers.get("content-type", "application/json"),
-            secure=True,
-            headers={
-                name: value
-                for name, value in request.headers.items()
-                if name.lower() in ("authorization", "idempotency-key", "accept")
-            },
-        )
-        return httpx.Response(
-            answer.status_code,
-            headers={"content-type": answer.get("Content-Type", "application/json")},
-            content=answer.content,
-        )
+def cli(cli_transport):
+    """Run a `trainyard` command line against this test's app; (exit code, stdout)."""
 
     def invoke(capsys, *argv: str) -> tuple[int, str]:
-        code = run(list(argv), transport=httpx.MockTransport(forward))
+        code = run(list(argv), transport=cli_transport)
         return code, capsys.readouterr().out
 
     return invoke
