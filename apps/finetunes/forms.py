@@ -135,14 +135,7 @@ class FinetuneJobForm(JobForm):
         """The trainer config the fine-tune was started with, and its compute."""
         config = payloads.config_of(job) or {}
         initial = super().initial_from(job)
-        for name in (
-            "model",
-            "dataset",
-            "dataset_format",
-            "max_samples",
-            "max_steps",
-            "learning_rate",
-        ):
+        for name in payloads.CONFIG_FIELDS:
             initial[name] = config.get(name)
         initial["merge"] = bool(config.get("merge"))
         return initial
@@ -192,17 +185,7 @@ class FinetuneJobForm(JobForm):
     def config(self) -> dict:
         """What the trainer reads from $FINETUNE_CONFIG."""
         data = self.cleaned_data
-        config = {
-            name: data[name]
-            for name in (
-                "model",
-                "dataset",
-                "dataset_format",
-                "max_samples",
-                "max_steps",
-                "learning_rate",
-            )
-        }
+        config = {name: data[name] for name in payloads.CONFIG_FIELDS}
         if data.get("merge"):
             config["merge"] = True
         return config

@@ -7,6 +7,9 @@ from __future__ import annotations
 # the tests here import TERMINAL from this module.
 from tests.compute_api import TERMINAL  # noqa: F401
 
+# `cli`: the installed `trainyard` script as a user runs it against the session's stack.
+from tests.integration.cli_user import cli  # noqa: F401
+
 # A workload that runs until the test lets it go (`let_go`): a test that must see it running
 # waits on it rather than racing a fixed sleep on a loaded machine.
 UNTIL_LET_GO = "until [ -e go ]; do sleep 0.1; done"

@@ -7,10 +7,8 @@ import textwrap
 
 import pytest
 
-from apps.accounts import services as account_services
 from apps.jobs.models import Job
 from tests.factories import ProjectFactory
-from tests.integration.test_cli_run import Cli
 
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -33,14 +31,6 @@ JOB_FILE = textwrap.dedent(
       max_cost_usd: 2
     """
 )
-
-
-@pytest.fixture
-def cli(live_stack, compute_org, tmp_path) -> Cli:
-    _, key = account_services.api_key_create(organization=compute_org, name="cli")
-    home = tmp_path / "home"
-    home.mkdir()
-    return Cli(live_stack.url, key, home)
 
 
 def test_apply_a_job_file_dry_run_first_then_rerun_it_with_a_change(cli, compute_org):
