@@ -16,7 +16,9 @@ from tests.factories import MembershipFactory, UserFactory
 pytestmark = [pytest.mark.live, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
-def test_an_admin_creates_a_budget_and_a_member_sees_it_without_controls(signed_in, team):
+def test_an_admin_creates_a_budget_and_a_member_sees_it_without_controls(
+    signed_in, team, screenshot
+):
     admin = MembershipFactory(organization=team["org"], role=Role.ADMIN, user=UserFactory()).user
     page = signed_in(admin)
     page.goto("/o/studio/billing/")
@@ -38,6 +40,7 @@ def test_an_admin_creates_a_budget_and_a_member_sees_it_without_controls(signed_
     expect(page.locator("#budget-new-form").get_by_label("Name")).to_have_value("Speech cap")
     problems = [describe("budget form", v) for v in blocking_violations(page)]
     assert not problems, "\n".join(problems)
+    screenshot(page, "billing-budget-form")
     page.locator("#budget-new-form").get_by_label("Limit (USD)").fill("12.5")
     page.locator("#budget-new-form").get_by_role("button", name="Create budget").click()
 
@@ -50,6 +53,7 @@ def test_an_admin_creates_a_budget_and_a_member_sees_it_without_controls(signed_
     expect(row).to_contain_text("75, 90 %")
     expect(row.get_by_role("button", name="Delete budget Speech cap")).to_be_visible()
     expect(page.locator(f"#budget-{budget.public_id}")).to_contain_text("of $12.50")
+    screenshot(page, "billing-budget-listed")
 
     member_page = signed_in(team["member"])
     member_page.goto("/o/studio/billing/")
