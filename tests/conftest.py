@@ -147,7 +147,8 @@ def api_client_for():
     """An API client that sends `Authorization: Bearer <key>` for a fresh key of `org`."""
 
     def make(org, role: str = Role.MEMBER) -> APIClient:
-        _, full_key = services.api_key_create(organization=org, name="test", role=role)
+        name = services.api_key_free_name(org, "test")  # "test", then "test-2"...
+        _, full_key = services.api_key_create(organization=org, name=name, role=role)
         client = APIClient()
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {full_key}")
         return client

@@ -56,17 +56,43 @@ def api_key_create(
     created_by: User | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key and return it with its full secret, which is never stored and cannot be
-    shown again."""
-    prefix, full_key = generate_key()
-    key = ApiKey.objects.create(
-        organization=organization,
-        name=name,
-        role=role,
-        prefix=prefix,
-        hashed_key=hash_key(full_key),
-        created_by=created_by,
-    )
+    shown again. Refuses (400 `invalid_request` on `name`) a name an active key of the
+    organization already has, case and surrounding spaces aside: the settings page and the
+    CLI tell keys apart by name. The organization's row lock makes two racing creates of
+    one name end with one key."""
+    name = name.strip()
+    with transaction.atomic():
+        Organization.objects.select_for_update(no_key=True).filter(pk=organization.pk).first()
+        if _active_key_named(organization, name):
+            raise InvalidRequest(
+                f"An active key is already named {name!r}: choose another name, or revoke it "
+                "first.",
+                param="name",
+            )
+        prefix, full_key = generate_key()
+        key = ApiKey.objects.create(
+            organization=organization,
+            name=name,
+            role=role,
+            prefix=prefix,
+            hashed_key=hash_key(full_key),
+            created_by=created_by,
+        )
     return key, full_key
+
+
+def api_key_free_name(organization: Organization, base: str) -> str:
+    """`base`, or `base-2`, `base-3`... whichever no active key of the organization has yet
+    (for callers that name keys themselves, like `create_api_key` without `--name`)."""
+    name, n = base, 1
+    while _active_key_named(organization, name):
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
+def _active_key_named(organization: Organization, name: str) -> bool:
+    return ApiKey.objects.active().filter(organization=organization, name__iexact=name).exists()
 
 
 def api_key_revoke(*, key: ApiKey) -> ApiKey:

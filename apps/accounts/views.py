@@ -65,20 +65,26 @@ def org_settings(request: HttpRequest, org_slug: str) -> HttpResponse:
     org = membership.organization
     remember_org(request, org)
     can_manage = membership.can(Role.ADMIN)
-    form = ApiKeyCreateForm(max_role=membership.role, organization=org) if can_manage else None
+    form = ApiKeyCreateForm(max_role=membership.role) if can_manage else None
     new_key = None
     if request.method == "POST":
         if not can_manage:
             raise PermissionDenied("Only admins and owners manage API keys.")
-        form = ApiKeyCreateForm(request.POST, max_role=membership.role, organization=org)
+        form = ApiKeyCreateForm(request.POST, max_role=membership.role)
         if form.is_valid():
-            _, new_key = services.api_key_create(
-                organization=org,
-                name=form.cleaned_data["name"],
-                role=form.cleaned_data["role"],
-                created_by=request.user,
-            )
-            form = ApiKeyCreateForm(max_role=membership.role, organization=org)
+            try:
+                _, new_key = services.api_key_create(
+                    organization=org,
+                    name=form.cleaned_data["name"],
+                    role=form.cleaned_data["role"],
+                    created_by=request.user,
+                )
+            except InvalidRequest as exc:
+                form.add_error("name" if exc.param == "name" else None, str(exc.detail))
+            else:
+                form = ApiKeyCreateForm(max_role=membership.role)
+        if form.errors:
+            return _settings_page(request, membership, form=form, status=400)
     return _settings_page(request, membership, form=form, new_key=new_key)
 
 
@@ -89,6 +95,7 @@ def _settings_page(
     form: ApiKeyCreateForm | None,
     new_key: str | None = None,
     ssh_form: SshKeyAddForm | None = None,
+    status: int = 200,
 ) -> TemplateResponse:
     org = membership.organization
     context = {
@@ -102,7 +109,7 @@ def _settings_page(
         "workdir_retention_days": settings.WORKDIR_RETENTION_DAYS,
         **_ssh_keys_context(request, membership, ssh_form),
     }
-    return TemplateResponse(request, "accounts/org_settings.html", context)
+    return TemplateResponse(request, "accounts/org_settings.html", context, status=status)
 
 
 def _ssh_keys_context(
@@ -130,12 +137,8 @@ def _ssh_keys_answer(
             request, "accounts/_ssh_keys.html", _ssh_keys_context(request, membership, form)
         )
     if form is not None and form.errors:
-        org = membership.organization
-        api_form = (
-            ApiKeyCreateForm(max_role=membership.role, organization=org)
-            if membership.can(Role.ADMIN)
-            else None
-        )
+        can_manage = membership.can(Role.ADMIN)
+        api_form = ApiKeyCreateForm(max_role=membership.role) if can_manage else None
         return _settings_page(request, membership, form=api_form, ssh_form=form)
     return redirect(
         reverse("org-settings", kwargs={"org_slug": membership.organization.slug}) + "#ssh-keys"

@@ -3,7 +3,8 @@
 A project's budget sits inside its organization's: its limit may not exceed any
 organization budget of the same period, and an organization budget may not be lowered below
 a project budget of that period. Every write locks the organization's row first, so two
-admins editing at once cannot each pass the check against the other's old value.
+admins editing at once cannot each pass the check against the other's old value. Each write
+pushes to the organization's open Billing pages after commit, so their bars follow.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from typing import Any
 from django.db import transaction
 
 from apps.accounts.models import Organization, User
+from apps.billing import live
 from apps.billing.budgets import DEFAULT_THRESHOLDS
 from apps.billing.models import Budget
 from apps.core.errors import InvalidRequest, NotFound
 from apps.core.ids import new_public_id
 from apps.core.money import format_usd
+from apps.core.transactions import after_commit
 from apps.projects.models import Project
 
 EDITABLE = ("name", "project", "period", "limit_micros", "action", "thresholds")
@@ -49,6 +52,7 @@ def budget_create(
         )
         check_nesting(budget)
         budget.save()
+        after_commit(live.balance_changed, organization.pk)
     return budget
 
 
@@ -63,11 +67,14 @@ def budget_update(*, budget: Budget, **fields: Any) -> Budget:
             setattr(budget, name, value)
         check_nesting(budget)
         budget.save()
+        after_commit(live.balance_changed, budget.organization_id)
     return budget
 
 
 def budget_delete(*, budget: Budget) -> None:
-    budget.delete()
+    with transaction.atomic():
+        budget.delete()
+        after_commit(live.balance_changed, budget.organization_id)
 
 
 def check_nesting(budget: Budget) -> None:

@@ -2,9 +2,13 @@ import hashlib
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from rest_framework.test import APIClient
 
+from apps.accounts import services
 from apps.accounts.models import ApiKey, Role
+from apps.core.api_errors import exception_handler
+from apps.core.errors import InvalidRequest
 
 pytestmark = pytest.mark.django_db
 
@@ -48,8 +52,10 @@ def test_a_second_active_key_of_the_same_name_is_refused_and_a_revoked_ones_name
     client = client_for(admin)
     _create_key_on_page(client, org, name="ci")
     refused = _create_key_on_page(client, org, name=" CI ")
-    assert refused.status_code == 200
-    assert "An active key is already named &#x27;CI&#x27;" in refused.content.decode()
+    assert refused.status_code == 400
+    body = refused.content.decode()
+    error = body.split('id="id_name_error">')[1].split("</ul>")[0]  # the name field's
+    assert "An active key is already named &#x27;CI&#x27;" in error
     assert '<code class="secret">' not in refused.content.decode()
     assert ApiKey.objects.filter(organization=org).count() == 1
 
@@ -123,7 +129,7 @@ def test_a_member_cannot_create_or_revoke_keys(client_for, member, admin, org, a
 
 def test_an_admin_cannot_mint_an_owner_key(client_for, admin, org):
     response = _create_key_on_page(client_for(admin), org, role=Role.OWNER)
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "Select a valid choice" in response.content.decode()
     assert not ApiKey.objects.exists()
 
@@ -143,8 +149,37 @@ def test_the_command_prints_a_working_key_alone_on_its_last_line(org, capsys):
     assert _bearer(last_line).get("/api/v1/whoami").json()["api_key"]["name"] == "deploy"
 
 
-def test_the_command_refuses_an_unknown_org(db):
-    from django.core.management.base import CommandError
+def test_the_service_refuses_a_taken_name_as_a_400_on_name(org):
+    services.api_key_create(organization=org, name="deploy")
 
+    with pytest.raises(InvalidRequest) as refused:
+        services.api_key_create(organization=org, name="Deploy ", role=Role.ADMIN)
+
+    assert (refused.value.status_code, refused.value.error_type) == (400, "invalid_request")
+    assert refused.value.param == "name"
+    body = exception_handler(refused.value, {}).data
+    assert body["error"]["type"] == "invalid_request" and body["error"]["param"] == "name"
+    assert list(ApiKey.objects.values_list("name", "role")) == [("deploy", Role.MEMBER)]
+
+
+def test_another_organization_may_use_the_same_name(org, other_org):
+    services.api_key_create(organization=org, name="ci")
+    services.api_key_create(organization=other_org, name="ci")
+
+    assert ApiKey.objects.filter(name="ci").count() == 2
+
+
+def test_the_command_names_keys_cli_then_cli_2_and_refuses_a_taken_name(org, capsys):
+    call_command("create_api_key", "--org", org.slug)
+    call_command("create_api_key", "--org", org.slug)
+    assert sorted(ApiKey.objects.values_list("name", flat=True)) == ["cli", "cli-2"]
+    assert "('cli-2', role member)" in capsys.readouterr().out
+
+    with pytest.raises(CommandError, match="already named 'CLI'"):
+        call_command("create_api_key", "--org", org.slug, "--name", "CLI")
+    assert ApiKey.objects.count() == 2
+
+
+def test_the_command_refuses_an_unknown_org(db):
     with pytest.raises(CommandError, match="No organization"):
         call_command("create_api_key", "--org", "nope")

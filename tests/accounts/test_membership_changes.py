@@ -23,7 +23,9 @@ def _bearer(key: str) -> APIClient:
 
 
 def _key_of(user, org, role: str) -> tuple[ApiKey, str]:
-    return services.api_key_create(organization=org, name=f"{role}-key", role=role, created_by=user)
+    # Names are unique among an organization's active keys: each person's carry their name.
+    name = f"{user.username}-{role}-key"
+    return services.api_key_create(organization=org, name=name, role=role, created_by=user)
 
 
 def _membership(user, org) -> Membership:
@@ -80,7 +82,8 @@ def test_demoting_an_admin_caps_their_keys_to_the_new_role(org, admin, member):
     assert _bearer(admin_key).get("/api/v1/compute/jobs").status_code == 200
     assert _bearer(admin_key).get("/api/v1/whoami").status_code == 200
     assert _membership(admin, org).role == Role.VIEWER
-    assert ApiKey.objects.get(created_by=admin, name="viewer-key").role == Role.VIEWER
+    viewer_key = ApiKey.objects.get(created_by=admin, name=f"{admin.username}-viewer-key")
+    assert viewer_key.role == Role.VIEWER
     assert ApiKey.objects.get(created_by=other_admin).role == Role.ADMIN
     assert _post_job(other_admins_key).status_code == 201
     assert _post_job(members_key).status_code == 201

@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 
 from apps.accounts import services as account_services
 from apps.accounts.models import Membership
-from apps.billing import budgets, holds, ledger, selectors, usage
+from apps.billing import budgets, holds, ledger, selectors, services, usage
 from apps.billing.live import billing_group
 from apps.billing.models import Budget, Transfer
 from apps.core.live import watched
@@ -299,6 +299,22 @@ class TestSocket:
         assert '<section id="billing-cards" class="cards" hx-swap-oob="true">' in html
         assert '<div id="billing-budgets" hx-swap-oob="true">' in html
         assert 'id="budget-bud_live"' in html
+        await socket.disconnect()
+
+    async def test_a_budget_written_by_an_admin_is_pushed_as_a_bar_and_its_removal_too(
+        self, member, admin, org
+    ):
+        socket = await websocket("/ws/billing/acme/", member)
+        assert (await socket.connect())[0]
+
+        made = await database_sync_to_async(services.budget_create)(
+            organization=org, created_by=admin, limit_micros=9_000_000, name="pushed"
+        )
+        html = await _receive_until(socket, f'id="budget-{made.public_id}"')
+        assert "pushed" in html and "$9.00" in html
+        await database_sync_to_async(services.budget_delete)(budget=made)
+        html = await _receive_until(socket, '<div id="billing-budgets" hx-swap-oob="true">')
+        assert made.public_id not in html and "No budgets yet." in html
         await socket.disconnect()
 
     async def test_bursts_coalesce_and_end_on_the_truth(self, member, org):

@@ -1,7 +1,9 @@
 """The Billing page: the organization's balance, budgets, spend per day and the transfers
-of its wallet. Any member may see it (viewers too: it changes nothing); it shows only the
-current organization's rows. Live over `ws/billing/<org>/` (`apps.billing.consumers`), and
-whole without a websocket: a reload renders everything."""
+of its wallet. Any member may see it (viewers too); it shows only the current
+organization's rows. Admins and owners also get the budget editor
+(`apps.billing.web.budgets`); others see the budgets without its controls. Live over
+`ws/billing/<org>/` (`apps.billing.consumers`), and whole without a websocket: a reload
+renders everything."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET
 
 from apps.accounts import views as account_views
-from apps.accounts.models import Membership
+from apps.accounts.models import Membership, Role
 from apps.accounts.tenancy import default_membership, membership_for_slug, remember_org
 from apps.billing import selectors
 from apps.billing.web import partials
+from apps.billing.web.forms import BudgetForm
 from apps.core.errors import InvalidRequest
 from apps.core.pagination import PageRequest, parse_page_request
 
@@ -33,8 +36,16 @@ def _transfers_page(request: HttpRequest, organization_id: int):
     )
 
 
-def _page(request: HttpRequest, membership: Membership) -> HttpResponse:
+def page_response(
+    request: HttpRequest,
+    membership: Membership,
+    *,
+    budget_form: BudgetForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The whole page; `budget_form` is a refused new-budget form to show with its errors."""
     org = membership.organization
+    can_manage = membership.can(Role.ADMIN)
     remember_org(request, org)
     lines, next_cursor = _transfers_page(request, org.pk)
     context = {
@@ -45,8 +56,11 @@ def _page(request: HttpRequest, membership: Membership) -> HttpResponse:
         "spend": partials.spend_chart(org.pk),
         "lines": lines,
         "next_cursor": next_cursor,
+        "can_manage": can_manage,
+        "budget_list": selectors.budgets_for(org).order_by("project__name", "period", "id"),
+        "budget_form": (budget_form or BudgetForm(organization=org)) if can_manage else None,
     }
-    return TemplateResponse(request, "billing/page.html", context)
+    return TemplateResponse(request, "billing/page.html", context, status=status)
 
 
 @login_required
@@ -57,13 +71,13 @@ def billing_current(request: HttpRequest) -> HttpResponse:
     membership = default_membership(request, request.user)
     if membership is None:
         return account_views.no_organization(request)
-    return _page(request, membership)
+    return page_response(request, membership)
 
 
 @login_required
 @require_GET
 def billing_page(request: HttpRequest, org_slug: str) -> HttpResponse:
-    return _page(request, membership_for_slug(request.user, org_slug))
+    return page_response(request, membership_for_slug(request.user, org_slug))
 
 
 @login_required
