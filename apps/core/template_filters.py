@@ -1,7 +1,8 @@
 """Filters every template has (registered as template builtins in settings), and the one
 place that decides how numbers read on a page (docs/dashboard.md):
 
-- money by the one USD formatter (`usd`);
+- money by the one USD formatter (`usd`: to the cent, a tenth of a cent below a dollar, the
+  full value on hover);
 - learning rates and other tiny or huge values in scientific notation (`sci`: `1.5e-4`);
 - losses and other measurements to 4 significant digits (`sig`);
 - durations as `42s`, `3m 12s`, `2h 05m`, `3d 4h` (`duration`, `seconds`; `live_duration`
@@ -21,15 +22,20 @@ from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
-from apps.core.money import format_usd
+from apps.core.money import format_usd, format_usd_full
 
 register = template.Library()
 
 
 @register.filter
 def usd(micros: int | None) -> str:
-    """Micro-dollars as dollars, with the sign: `{{ job.accrued_micros|usd }}`."""
-    return format_usd(micros)
+    """Micro-dollars as dollars, with the sign: `{{ job.accrued_micros|usd }}` is
+    `<span class="money" title="$99.975003">$99.98</span>` (`format_usd`, the full value on
+    hover where it was rounded)."""
+    short, full = format_usd(micros), format_usd_full(micros)
+    if short == full:  # nothing rounded away: no tooltip to add
+        return short
+    return format_html('<span class="money" title="{}">{}</span>', full, short)
 
 
 def _number(value) -> float | None:
@@ -61,7 +67,8 @@ def sci(value, digits: int = 2) -> str:
 @register.filter
 def sig(value, digits: int = 4) -> str:
     """A measurement to `digits` significant digits: 2.718281 → `2.718`, 0.000123456 →
-    `0.0001235`, 1234.56 → `1235`, 12345678 → `1.235e+07`. NaN and infinity as such."""
+    `0.0001235`, 1234.56 → `1235`, 12345678 → `1.235e7`, 0.0000123456 → `1.235e-5`
+    (`%g`'s choice of notation, the exponent written short). NaN and infinity as such."""
     number = _number(value)
     if number is None:
         return "—"
@@ -69,7 +76,11 @@ def sig(value, digits: int = 4) -> str:
         return "NaN"
     if math.isinf(number):
         return "∞" if number > 0 else "-∞"
-    return f"{number:.{int(digits)}g}"
+    text = f"{number:.{int(digits)}g}"
+    if "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def human_duration(seconds: float | int | None) -> str:

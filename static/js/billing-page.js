@@ -40,15 +40,17 @@
         stroke: cssVar("--chart-axis"), grid: { stroke: grid }, ticks: { stroke: grid },
       }, extra);
     }
-    var series = [{}].concat(order.map(function (i) {
+    var fmt = window.trainyardFormat;
+    var series = [{
+      value: fmt.legendValue(function (v) { return new Date(v * 1000).toISOString().slice(0, 10); }),
+    }].concat(order.map(function (i) {
       var color = colors[i % colors.length];
       return {
         label: data.series[i].label,
         stroke: color,
         fill: color + "55",
-        value: function (u, v, si, idx) {
-          return idx == null ? "" : "$" + (data.series[i].values[idx] || 0).toFixed(2);
-        },
+        // The day's own spend (not the stacked total), as the cards read money.
+        value: fmt.legendValue(function (v, idx) { return fmt.usd(data.series[i].values[idx] || 0); }),
       };
     }));
     return new uPlot({
@@ -56,7 +58,13 @@
       height: 240,
       series: series,
       axes: [axis({}), axis({
-        values: function (u, vals) { return vals.map(function (v) { return "$" + v; }); },
+        values: function (u, vals) {
+          var labels = vals.map(fmt.usd);
+          // What the axis reads, for people and tests alike (the canvas has no text).
+          box.dataset.ticks = JSON.stringify(vals.map(function (v, i) { return [v, labels[i]]; }));
+          return labels;
+        },
+        size: 60,
       })],
     }, [data.x].concat(order.map(function (i) { return stacked[i]; })), box);
   }

@@ -170,7 +170,7 @@ class TestPage:
 
         first = client.get(PAGE).content.decode()
         assert transfer_ids(first) == expected[:25]
-        assert "+$0.001029" in first  # the newest grant credits the wallet
+        assert '+<span class="money" title="$0.001029">$0.001</span>' in first  # the newest grant
         url = older_url(first)
         assert url.startswith("/o/acme/billing/transfers/?cursor=")
         assert 'href="/o/acme/billing/?cursor=' in first  # and without JavaScript
