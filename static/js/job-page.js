@@ -165,6 +165,7 @@
   // while no cursor is over the chart.
   var lossText = window.trainyardFormat.legendValue(function (v) { return window.trainyardFormat.sig(v); });
   var stepText = window.trainyardFormat.legendValue(String);
+  var STEP_INCREMENTS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
   function lossTicks(u, vals) { return vals.map(function (v) { return window.trainyardFormat.sig(v); }); }
   function drawChart() {
     if (typeof uPlot === "undefined") return;
@@ -172,7 +173,11 @@
       width: chartBox.clientWidth || 600, height: 220,
       scales: { x: { time: false } },
       series: [{ label: "step", value: stepText }, { label: "loss", stroke: cssVar("--chart-line"), width: 2, value: lossText }],
-      axes: [themedAxis("step"), Object.assign(themedAxis("loss"), { values: lossTicks })],
+      // Steps are whole numbers: no tick between two of them.
+      axes: [
+        Object.assign(themedAxis("step"), { incrs: STEP_INCREMENTS }),
+        Object.assign(themedAxis("loss"), { values: lossTicks }),
+      ],
       hooks: { draw: [drawResumes] },
     }, [steps, losses], chartBox);
   }

@@ -17,6 +17,7 @@ from apps.core.money import format_usd
 from apps.core.template_filters import sig, usd
 from apps.jobs import services
 from apps.jobs.models import Job
+from apps.jobs.states import JobState
 from tests.formats_table import MEASUREMENTS, MONEY
 from tests.integration.stack import wait_for
 from trainyard_cli.main import run
@@ -50,7 +51,7 @@ def _finished_job(team) -> Job:
             "amount_micros", flat=True
         )
         return (
-            job.state == Job.State.SUCCEEDED
+            job.state == JobState.SUCCEEDED
             and job.accrued_micros > 0
             and sum(posted) == job.accrued_micros
         )
