@@ -29,6 +29,12 @@
     box.classList.toggle("empty", !data.series.length);
     return;
   }
+  // Tick steps the money formatter reads exactly: never below a tenth of a cent, never a
+  // quarter step ($0.0025 would read "$0.003").
+  var MONEY_INCREMENTS = [];
+  for (var decade = 0.001; decade < 1e7; decade *= 10) {
+    [1, 2, 5].forEach(function (m) { MONEY_INCREMENTS.push(Number((m * decade).toPrecision(1))); });
+  }
   // Topmost total first, so each lower band is drawn over the one above it.
   var order = data.series.map(function (_, i) { return i; }).reverse();
   function draw() {
@@ -58,6 +64,7 @@
       height: 240,
       series: series,
       axes: [axis({}), axis({
+        incrs: MONEY_INCREMENTS,
         values: function (u, vals) {
           var labels = vals.map(fmt.usd);
           // What the axis reads, for people and tests alike (the canvas has no text).

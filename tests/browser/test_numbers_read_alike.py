@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from apps.accounts import services as account_services
 from apps.billing.models import Transfer
-from apps.core.money import format_usd
+from apps.core.money import format_usd, format_usd_full
 from apps.core.template_filters import sig, usd
 from apps.jobs import services
 from apps.jobs.models import Job
@@ -99,7 +99,9 @@ def test_money_and_loss_read_alike_on_pages_charts_and_the_cli(
     ).to_have_text(money)
     ticks = json.loads(chart.get_attribute("data-ticks"))
     assert len(ticks) >= 2
-    assert all(label == format_usd(round(value * 1_000_000)) for value, label in ticks), ticks
+    for value, label in ticks:  # the money formatter's text, and nothing rounded away
+        assert label == format_usd(round(value * 1_000_000)), ticks
+        assert label == format_usd_full(round(value * 1_000_000)), ticks
     screenshot(page, "numbers-billing-page")
 
     monkeypatch.setenv("HOME", str(tmp_path))
