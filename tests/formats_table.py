@@ -27,7 +27,8 @@ MONEY: list[tuple[int, str]] = [
     (-4_200, "-$0.004"),
 ]
 
-# (a measurement, as people read it): 4 significant digits in %g's notation, short exponent
+# (a measurement, as people read it): 4 significant digits in %g's notation, short exponent,
+# ties away from zero
 MEASUREMENTS: list[tuple[float, str]] = [
     (7.60291, "7.603"),
     (6.008123, "6.008"),
@@ -41,4 +42,9 @@ MEASUREMENTS: list[tuple[float, str]] = [
     (6.0, "6"),
     (0.0, "0"),
     (-3.14159, "-3.142"),
+    (1.0625, "1.063"),  # exact binary ties (bfloat16 losses): away from zero, as in JS
+    (-1.0625, "-1.063"),
+    (100.25, "100.3"),
+    (9.99961, "10"),
+    (0.000099996, "0.0001"),  # rounds up a decade, still plain
 ]

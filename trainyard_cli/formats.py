@@ -11,6 +11,7 @@ holds the three to one table of values.
 from __future__ import annotations
 
 import math
+from decimal import ROUND_HALF_UP, Decimal
 
 MICROS_PER_USD = 1_000_000
 _CENT = 10_000
@@ -51,8 +52,24 @@ def sig(value: float, digits: int = 4) -> str:
         return "NaN"
     if math.isinf(value):
         return "∞" if value > 0 else "-∞"
-    text = f"{value:.{digits}g}"
-    if "e" not in text:
-        return text
-    mantissa, exponent = text.split("e")
-    return f"{mantissa}e{int(exponent)}"
+    return _significant(value, digits)
+
+
+def _significant(number: float, digits: int) -> str:
+    """`number` (finite) to `digits` significant digits, halves away from zero on the exact
+    binary value, as JavaScript's toPrecision does (Python's `%g` rounds a tie such as
+    1.0625 to even, `1.062`; the browser reads `1.063`). `%g`'s choice of notation with a
+    short exponent: `1.235e7`, `1.235e-5`."""
+    exact = Decimal(number)
+    if exact == 0:
+        return "0"
+    rounded = exact.quantize(Decimal(1).scaleb(exact.adjusted() - digits + 1), ROUND_HALF_UP)
+    exponent = rounded.adjusted()  # 9.9996 rounds up a decade, to 10.00
+    if exponent < -4 or exponent >= digits:
+        mantissa = _strip(f"{rounded.scaleb(-exponent):f}")
+        return f"{mantissa}e{exponent}"
+    return _strip(f"{rounded:f}")
+
+
+def _strip(text: str) -> str:
+    return text.rstrip("0").rstrip(".") if "." in text else text

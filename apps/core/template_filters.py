@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 
 from django import template
 from django.utils import timezone
@@ -68,7 +69,8 @@ def sci(value, digits: int = 2) -> str:
 def sig(value, digits: int = 4) -> str:
     """A measurement to `digits` significant digits: 2.718281 → `2.718`, 0.000123456 →
     `0.0001235`, 1234.56 → `1235`, 12345678 → `1.235e7`, 0.0000123456 → `1.235e-5`
-    (`%g`'s choice of notation, the exponent written short). NaN and infinity as such."""
+    (`%g`'s choice of notation, the exponent written short; a tie rounds away from zero, as
+    in the browser). NaN and infinity as such."""
     number = _number(value)
     if number is None:
         return "—"
@@ -76,11 +78,27 @@ def sig(value, digits: int = 4) -> str:
         return "NaN"
     if math.isinf(number):
         return "∞" if number > 0 else "-∞"
-    text = f"{number:.{int(digits)}g}"
-    if "e" not in text:
-        return text
-    mantissa, exponent = text.split("e")
-    return f"{mantissa}e{int(exponent)}"
+    return _significant(number, int(digits))
+
+
+def _significant(number: float, digits: int) -> str:
+    """`number` (finite) to `digits` significant digits, halves away from zero on the exact
+    binary value, as JavaScript's toPrecision does (Python's `%g` rounds a tie such as
+    1.0625 to even, `1.062`; the browser reads `1.063`). `%g`'s choice of notation with a
+    short exponent: `1.235e7`, `1.235e-5`."""
+    exact = Decimal(number)
+    if exact == 0:
+        return "0"
+    rounded = exact.quantize(Decimal(1).scaleb(exact.adjusted() - digits + 1), ROUND_HALF_UP)
+    exponent = rounded.adjusted()  # 9.9996 rounds up a decade, to 10.00
+    if exponent < -4 or exponent >= digits:
+        mantissa = _strip(f"{rounded.scaleb(-exponent):f}")
+        return f"{mantissa}e{exponent}"
+    return _strip(f"{rounded:f}")
+
+
+def _strip(text: str) -> str:
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def human_duration(seconds: float | int | None) -> str:
