@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from trainyard_cli import formats
 from trainyard_cli.client import ApiError, CliError
 
 # Consoles are looked up on each call (not kept at import) so tests that swap
@@ -68,15 +69,16 @@ def fields(pairs: Iterable[tuple[str, Any]]) -> None:
 def text(value: Any) -> str:
     if value is None:
         return "-"
-    if isinstance(value, float):
-        return f"{value:g}"
+    if isinstance(value, float):  # a metric: 4 significant digits, as on the job page
+        return formats.sig(value)
     if isinstance(value, dict | list):
         return json.dumps(value)
     return str(value)
 
 
 def usd(value: Any) -> str:
-    return "-" if value is None else f"${float(value):,.4f}"
+    """API dollars as pages show them (`$0.002`, `$12.35`)."""
+    return formats.usd(value)
 
 
 def when(value: str | None) -> str:

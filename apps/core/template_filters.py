@@ -1,7 +1,8 @@
 """Filters every template has (registered as template builtins in settings), and the one
 place that decides how numbers read on a page (docs/dashboard.md):
 
-- money by the one USD formatter (`usd`);
+- money by the one USD formatter (`usd`: to the cent, a tenth of a cent below a dollar, the
+  full value on hover);
 - learning rates and other tiny or huge values in scientific notation (`sci`: `1.5e-4`);
 - losses and other measurements to 4 significant digits (`sig`);
 - durations as `42s`, `3m 12s`, `2h 05m`, `3d 4h` (`duration`, `seconds`; `live_duration`
@@ -16,20 +17,26 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
+from decimal import ROUND_HALF_UP, Decimal
 
 from django import template
 from django.utils import timezone
 from django.utils.html import format_html
 
-from apps.core.money import format_usd
+from apps.core.money import format_usd, format_usd_full
 
 register = template.Library()
 
 
 @register.filter
 def usd(micros: int | None) -> str:
-    """Micro-dollars as dollars, with the sign: `{{ job.accrued_micros|usd }}`."""
-    return format_usd(micros)
+    """Micro-dollars as dollars, with the sign: `{{ job.accrued_micros|usd }}` is
+    `<span class="money" title="$99.975003">$99.98</span>` (`format_usd`, the full value on
+    hover where it was rounded)."""
+    short, full = format_usd(micros), format_usd_full(micros)
+    if short == full:  # nothing rounded away: no tooltip to add
+        return short
+    return format_html('<span class="money" title="{}">{}</span>', full, short)
 
 
 def _number(value) -> float | None:
@@ -61,7 +68,9 @@ def sci(value, digits: int = 2) -> str:
 @register.filter
 def sig(value, digits: int = 4) -> str:
     """A measurement to `digits` significant digits: 2.718281 → `2.718`, 0.000123456 →
-    `0.0001235`, 1234.56 → `1235`, 12345678 → `1.235e+07`. NaN and infinity as such."""
+    `0.0001235`, 1234.56 → `1235`, 12345678 → `1.235e7`, 0.0000123456 → `1.235e-5`
+    (`%g`'s choice of notation, the exponent written short; a tie rounds away from zero, as
+    in the browser). NaN and infinity as such."""
     number = _number(value)
     if number is None:
         return "—"
@@ -69,7 +78,27 @@ def sig(value, digits: int = 4) -> str:
         return "NaN"
     if math.isinf(number):
         return "∞" if number > 0 else "-∞"
-    return f"{number:.{int(digits)}g}"
+    return _significant(number, int(digits))
+
+
+def _significant(number: float, digits: int) -> str:
+    """`number` (finite) to `digits` significant digits, halves away from zero on the exact
+    binary value, as JavaScript's toPrecision does (Python's `%g` rounds a tie such as
+    1.0625 to even, `1.062`; the browser reads `1.063`). `%g`'s choice of notation with a
+    short exponent: `1.235e7`, `1.235e-5`."""
+    exact = Decimal(number)
+    if exact == 0:
+        return "0"
+    rounded = exact.quantize(Decimal(1).scaleb(exact.adjusted() - digits + 1), ROUND_HALF_UP)
+    exponent = rounded.adjusted()  # 9.9996 rounds up a decade, to 10.00
+    if exponent < -4 or exponent >= digits:
+        mantissa = _strip(f"{rounded.scaleb(-exponent):f}")
+        return f"{mantissa}e{exponent}"
+    return _strip(f"{rounded:f}")
+
+
+def _strip(text: str) -> str:
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def human_duration(seconds: float | int | None) -> str:

@@ -29,6 +29,12 @@
     box.classList.toggle("empty", !data.series.length);
     return;
   }
+  // Tick steps the money formatter reads exactly: never below a tenth of a cent, never a
+  // quarter step ($0.0025 would read "$0.003").
+  var MONEY_INCREMENTS = [];
+  for (var decade = 0.001; decade < 1e7; decade *= 10) {
+    [1, 2, 5].forEach(function (m) { MONEY_INCREMENTS.push(Number((m * decade).toPrecision(1))); });
+  }
   // Topmost total first, so each lower band is drawn over the one above it.
   var order = data.series.map(function (_, i) { return i; }).reverse();
   function draw() {
@@ -40,15 +46,17 @@
         stroke: cssVar("--chart-axis"), grid: { stroke: grid }, ticks: { stroke: grid },
       }, extra);
     }
-    var series = [{}].concat(order.map(function (i) {
+    var fmt = window.trainyardFormat;
+    var series = [{
+      value: fmt.legendValue(function (v) { return new Date(v * 1000).toISOString().slice(0, 10); }),
+    }].concat(order.map(function (i) {
       var color = colors[i % colors.length];
       return {
         label: data.series[i].label,
         stroke: color,
         fill: color + "55",
-        value: function (u, v, si, idx) {
-          return idx == null ? "" : "$" + (data.series[i].values[idx] || 0).toFixed(2);
-        },
+        // The day's own spend (not the stacked total), as the cards read money.
+        value: fmt.legendValue(function (v, idx) { return fmt.usd(data.series[i].values[idx] || 0); }),
       };
     }));
     return new uPlot({
@@ -56,7 +64,14 @@
       height: 240,
       series: series,
       axes: [axis({}), axis({
-        values: function (u, vals) { return vals.map(function (v) { return "$" + v; }); },
+        incrs: MONEY_INCREMENTS,
+        values: function (u, vals) {
+          var labels = vals.map(fmt.usd);
+          // What the axis reads, for people and tests alike (the canvas has no text).
+          box.dataset.ticks = JSON.stringify(vals.map(function (v, i) { return [v, labels[i]]; }));
+          return labels;
+        },
+        size: 60,
       })],
     }, [data.x].concat(order.map(function (i) { return stacked[i]; })), box);
   }

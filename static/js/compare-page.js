@@ -44,9 +44,9 @@
     var grid = cssVar("--chart-grid");
     return { label: label, stroke: cssVar("--chart-axis"), grid: { stroke: grid }, ticks: { stroke: grid } };
   }
-  function valueText(u, value) {
-    return value === null || value === undefined ? "—" : window.trainyardFormat.sig(value);
-  }
+  // Each job's value under the cursor, or its last one while no cursor is over the chart.
+  var valueText = window.trainyardFormat.legendValue(function (v) { return window.trainyardFormat.sig(v); });
+  var stepText = window.trainyardFormat.legendValue(String);
 
   function mark(data) {
     box.dataset.metric = data.metric || "";
@@ -60,7 +60,7 @@
     drawnMetric = data.metric;
     if (typeof uPlot === "undefined") return;
     var colors = cssVar("--chart-series").split(",").map(function (c) { return c.trim(); });
-    var series = [{ label: "step" }].concat(data.jobs.map(function (job, i) {
+    var series = [{ label: "step", value: stepText }].concat(data.jobs.map(function (job, i) {
       return { label: job.name, stroke: colors[i % colors.length], width: 2, value: valueText };
     }));
     chart = new uPlot({

@@ -32,22 +32,31 @@
     var requestsBox = document.getElementById("requests-chart");
     var latencyBox = document.getElementById("latency-chart");
     var series = cssVar("--chart-series").split(",").map(function (c) { return c.trim(); });
+    // Legends show the point under the cursor, or the last one while no cursor is over.
+    var legend = window.trainyardFormat.legendValue;
+    var minute = legend(function (v) {
+      var d = new Date(v * 1000);
+      return ("0" + d.getHours()).slice(-2) + ":" + ("0" + d.getMinutes()).slice(-2);
+    });
     if (requestsBox) {
       charts.push(new uPlot({
         width: requestsBox.clientWidth || 480,
         height: 200,
-        series: [{}, { label: "Requests", stroke: series[0], fill: series[0] + "33" }],
+        series: [
+          { value: minute },
+          { label: "Requests", stroke: series[0], fill: series[0] + "33", value: legend(String) },
+        ],
         axes: [axis({}), axis({})],
       }, [data.x, data.requests], requestsBox));
     }
     if (latencyBox) {
-      var ms = function (u, v) { return v == null ? "" : v + " ms"; };
+      var ms = legend(function (v) { return v + " ms"; });
       charts.push(new uPlot({
         width: latencyBox.clientWidth || 480,
         height: 200,
         spanGaps: false,
         series: [
-          {},
+          { value: minute },
           { label: "p50", stroke: series[1], value: ms, points: { show: true } },
           { label: "p95", stroke: series[2], value: ms, points: { show: true } },
         ],

@@ -161,17 +161,23 @@
       label: label, stroke: cssVar("--chart-axis"), grid: { stroke: grid }, ticks: { stroke: grid },
     };
   }
-  // Tooltips and the legend read losses as the tables do: 4 significant digits.
-  function lossText(u, value) {
-    return value === null || value === undefined ? "—" : window.trainyardFormat.sig(value);
-  }
+  // The legend reads losses as the tables do (4 significant digits), and the last point
+  // while no cursor is over the chart.
+  var lossText = window.trainyardFormat.legendValue(function (v) { return window.trainyardFormat.sig(v); });
+  var stepText = window.trainyardFormat.legendValue(String);
+  var STEP_INCREMENTS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6];
+  function lossTicks(u, vals) { return vals.map(function (v) { return window.trainyardFormat.sig(v); }); }
   function drawChart() {
     if (typeof uPlot === "undefined") return;
     chart = new uPlot({
       width: chartBox.clientWidth || 600, height: 220,
       scales: { x: { time: false } },
-      series: [{ label: "step" }, { label: "loss", stroke: cssVar("--chart-line"), width: 2, value: lossText }],
-      axes: [themedAxis("step"), themedAxis("loss")],
+      series: [{ label: "step", value: stepText }, { label: "loss", stroke: cssVar("--chart-line"), width: 2, value: lossText }],
+      // Steps are whole numbers: no tick between two of them.
+      axes: [
+        Object.assign(themedAxis("step"), { incrs: STEP_INCREMENTS }),
+        Object.assign(themedAxis("loss"), { values: lossTicks }),
+      ],
       hooks: { draw: [drawResumes] },
     }, [steps, losses], chartBox);
   }

@@ -187,7 +187,7 @@ def test_list_as_a_table(cli, api, capsys):
     api.on("GET", JOBS, {"data": [_job(accrued_usd=0.25)], "next_cursor": None, "total": 1})
     assert cli("jobs", "list") == 0
     out = capsys.readouterr().out
-    for text in ("job_abc", "train", "requested", "$0.2500", "2026-01-02 03:04:05"):
+    for text in ("job_abc", "train", "requested", "$0.25", "2026-01-02 03:04:05"):
         assert text in out
 
 

@@ -160,7 +160,7 @@ class TestList:
         assert "final adapter of" in row
         assert f'href="/o/acme/jobs/{served.finetune.public_id}/">tuned-a</a>' in row
         assert f"<code>{BASE}</code>" in row
-        assert "$1.234567" in row
+        assert '<span class="money" title="$1.234567">$1.23</span>' in row
 
     def test_the_state_shown_is_the_endpoints_not_the_stored_one(self, client_for, member, project):
         served = served_endpoint(project)
@@ -240,7 +240,7 @@ class TestDetail:
         promotions = re.search(r'<div id="endpoint-promotions">.*?</div>', body, re.S).group(0)
         assert re.findall(r'data-kind="(\w+)"', promotions) == ["swap", "first"]
         assert "<td><strong>r2</strong></td>\n            <td>r1</td>" in promotions
-        assert "$1.234567" in body
+        assert '<span class="money" title="$1.234567">$1.23</span>' in body
 
     def test_a_failed_revision_shows_its_error(self, client_for, member, project):
         served = served_endpoint(project)

@@ -33,7 +33,7 @@ from apps.billing import selectors as billing_selectors
 from apps.billing.holds import COVER_HOURS
 from apps.catalog.models import Accelerator
 from apps.core.errors import ApiError
-from apps.core.money import format_usd, usd_to_micros
+from apps.core.money import format_usd, format_usd_range, usd_to_micros
 from apps.jobs import kinds, services
 from apps.jobs.ceilings import BidTooLow, NoPrice
 from apps.jobs.execution import placement
@@ -141,8 +141,7 @@ def quote_shown(
     result = placement.quote(accelerator=chosen.name, gpu_count=count)
     price = None
     if result.available:
-        low, high = format_usd(result.price_min_micros_hr), format_usd(result.price_max_micros_hr)
-        price = f"{low}\N{EN DASH}{high} / h"
+        price = f"{format_usd_range(result.price_min_micros_hr, result.price_max_micros_hr)} / h"
     hold = None
     if organization is not None:
         hold = hold_shown(

@@ -216,7 +216,7 @@ def test_the_page_shows_the_difference_metrics_and_costs(client_for, member, org
     assert '<tr data-key="training.learning_rate">' in html
     assert ">3e-3</td>" in html and ">1e-3</td>" in html
     assert '<tr data-metric="loss">' in html and '<tr data-metric="eval_accuracy">' in html
-    assert html.count("<td>$0.001666</td>") == 2
+    assert html.count('<td><span class="money" title="$0.001666">$0.002</span></td>') == 2
     # The chart's points: loss (the default metric) of both jobs, in the order picked.
     chart = page.context["chart"]
     assert chart["metric"] == "loss"

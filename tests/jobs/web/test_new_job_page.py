@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 
 PAGE = "/o/acme/projects/vision/jobs/new/"
 QUOTE = "/o/acme/quote/"
-CPU_PRICE = "$0.10\N{EN DASH}$0.10 / h"  # the seeded local cpu offer, one price
+CPU_PRICE = "$0.10 / h"  # the seeded local cpu offer: one price, not a band of one
 ED25519 = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKnJ7EhDh6K3ZhaM4lAQYb6yVH6GZ3V0bTK1b1uYb9Zs you@host"
 )
