@@ -15,6 +15,7 @@ from apps.finetunes.demo import demo_finetune_initial
 from apps.finetunes.models import Dataset
 from apps.hub.models import RepoKind
 from apps.jobs.models import Job
+from apps.jobs.specs import DEFAULT_DISK_GB
 from apps.jobs.web.forms import JobForm, resolve_secret_refs
 from apps.projects.models import Project
 from trainer.formats import FORMAT_CHOICES
@@ -35,7 +36,7 @@ class FinetuneJobForm(JobForm):
     title = "Fine-tune"
     section_template = "finetunes/partials/new_job_form.html"
     quote_target = "finetune-quote"
-    default_disk_gb = 20
+    default_disk_gb = DEFAULT_DISK_GB["finetune"]
     field_order = [
         "name",
         "model",

@@ -24,7 +24,7 @@ from apps.catalog.models import Accelerator
 from apps.core.errors import ApiError
 from apps.core.money import MICROS_PER_USD
 from apps.jobs.models import Job
-from apps.jobs.specs import MAX_DISK_GB
+from apps.jobs.specs import DEFAULT_DISK_GB, MAX_DISK_GB
 from apps.projects.models import Project
 from apps.secrets.models import Secret
 
@@ -117,7 +117,7 @@ class JobForm(forms.Form):
     title: str = ""
     section_template: str = ""
     quote_target: str = ""
-    default_disk_gb: int = 10
+    default_disk_gb: int = DEFAULT_DISK_GB["container"]
     # (param prefix, field): `param` equal to the prefix, or below it (`prefix.x`, `prefix[0]`).
     param_fields: tuple[tuple[str, str], ...] = (
         ("name", "name"),
@@ -140,8 +140,13 @@ class JobForm(forms.Form):
         "keep their place and resume from their newest checkpoint.",
     )
     accelerator = forms.ChoiceField(label="Accelerator", initial="cpu")
+    # "Count", not "GPU count": the default accelerator, cpu, has no GPU (it comes as 1).
     gpu_count = forms.TypedChoiceField(
-        label="GPU count", coerce=int, choices=GPU_COUNT_CHOICES, initial=1
+        label="Count",
+        coerce=int,
+        choices=GPU_COUNT_CHOICES,
+        initial=1,
+        help_text="How many of the accelerator: GPUs for a GPU; cpu comes as 1.",
     )
     disk_gb = forms.IntegerField(
         label="Disk (GB)",
@@ -284,7 +289,7 @@ class ContainerJobForm(JobForm):
     title = "Container"
     section_template = "jobs/partials/new_job_container.html"
     quote_target = "quote"
-    default_disk_gb = 10
+    default_disk_gb = DEFAULT_DISK_GB["container"]
     param_fields = (
         *JobForm.param_fields,
         ("container.image", "image"),

@@ -113,7 +113,7 @@ def test_it_shows_both_forms_with_a_label_for_every_field(client_for, member, pr
         "script": "Script",
         "script_b64": "Script (base64)",
         "accelerator": "Accelerator",
-        "gpu_count": "GPU count",
+        "gpu_count": "Count",
         "disk_gb": "Disk (GB)",
         "env": "Environment",
         "secrets": "Secrets",
@@ -132,7 +132,7 @@ def test_it_shows_both_forms_with_a_label_for_every_field(client_for, member, pr
         "max_steps": "Max steps",
         "learning_rate": "Learning rate",
         "accelerator": "Accelerator",
-        "gpu_count": "GPU count",
+        "gpu_count": "Count",
         "disk_gb": "Disk (GB)",
         "priority_class": "Priority class",
     }
@@ -779,8 +779,8 @@ def test_the_quote_for_an_accelerator_without_offers_says_not_available(client_f
             "Choose an accelerator from the catalog.",
         ),
         ({"gpu_count": "1"}, "Choose an accelerator from the catalog."),
-        ({"accelerator": "cpu", "gpu_count": "many"}, "Choose a GPU count."),
-        ({"accelerator": "cpu"}, "Choose a GPU count."),
+        ({"accelerator": "cpu", "gpu_count": "many"}, "Choose a count."),
+        ({"accelerator": "cpu"}, "Choose a count."),
         (
             {"accelerator": "nvidia-l40s-48gb", "gpu_count": "3"},
             "NVIDIA L40S 48GB comes in GPU counts 1, 2, 4, 8, not 3.",
