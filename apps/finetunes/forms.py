@@ -102,7 +102,8 @@ class FinetuneJobForm(JobForm):
         widget=forms.Textarea(
             attrs={"rows": 2, "class": "code", "spellcheck": "false", "autocomplete": "off"}
         ),
-        help_text="One <code>ENV_NAME=secret-name:KEY</code> a line, as for a container job; "
+        help_text="One <code>NAME=SECRET_ID:KEY</code> a line (a secret's name works in place of "
+        "its id), as for a container job and the CLI's <code>--secret</code>; "
         "e.g. <code>WANDB_API_KEY=wandb:WANDB_API_KEY</code> or "
         "<code>MLFLOW_TRACKING_URI=mlflow:MLFLOW_TRACKING_URI</code> to report the run to W&amp;B "
         "or MLflow.",
