@@ -53,6 +53,7 @@ serve:
 	-$(RUN_ENV) $(PY) manage.py build_images --if-missing
 	@echo "Trainyard: http://$${WEB_HOST:-127.0.0.1}:$${WEB_PORT:-8000}/  (Ctrl-C stops web, worker, beat and the SSH gateway)"
 	@echo "Into a running job: ssh -p $${SSH_GATEWAY_PORT-2222} JOB_ID@127.0.0.1  (or: trainyard ssh JOB_ID)"
+	@echo 'Command line: $(abspath $(BIN))/trainyard  (on PATH in another shell: export PATH="$(abspath $(BIN)):$$PATH", or . $(BIN)/activate; then trainyard login)'
 	$(RUN_ENV) exec $(PY) manage.py runstack
 
 lint: install-dev

@@ -94,15 +94,23 @@ def _ssh_flags(parser: argparse.ArgumentParser) -> None:
     _insecure_flag(parser, default=argparse.SUPPRESS)
 
 
-# The web forms' defaults: a container job 10 GB of ephemeral disk, a fine-tune 20 (the base
-# model, its checkpoints and the adapter).
+# The server's one default per kind (apps.jobs.specs.DEFAULT_DISK_GB; tests/cli keeps these
+# equal to it): a container job 10 GB of ephemeral disk, a fine-tune 20 (the base model, its
+# checkpoints and the adapter).
 CONTAINER_DISK_GB = 10
 FINETUNE_DISK_GB = 20
 
 
 def _compute_flags(parser: argparse.ArgumentParser, *, disk_gb: int = CONTAINER_DISK_GB) -> None:
     parser.add_argument("--accelerator", default="cpu", help="catalog name (default: cpu)")
-    parser.add_argument("--gpus", type=int, default=1, help="GPU count (default: 1)")
+    parser.add_argument(
+        "--count",
+        "--gpus",
+        dest="gpus",
+        type=int,
+        default=1,
+        help="how many of the accelerator: GPUs for a GPU; cpu comes as 1 (default: 1)",
+    )
     parser.add_argument(
         "--disk-gb", type=int, default=disk_gb, help=f"ephemeral disk (default: {disk_gb})"
     )

@@ -15,6 +15,7 @@ from apps.finetunes.demo import demo_finetune_initial
 from apps.finetunes.models import Dataset
 from apps.hub.models import RepoKind
 from apps.jobs.models import Job
+from apps.jobs.specs import DEFAULT_DISK_GB
 from apps.jobs.web.forms import JobForm, resolve_secret_refs
 from apps.projects.models import Project
 from trainer.formats import FORMAT_CHOICES
@@ -35,7 +36,7 @@ class FinetuneJobForm(JobForm):
     title = "Fine-tune"
     section_template = "finetunes/partials/new_job_form.html"
     quote_target = "finetune-quote"
-    default_disk_gb = 20
+    default_disk_gb = DEFAULT_DISK_GB["finetune"]
     field_order = [
         "name",
         "model",
@@ -101,7 +102,8 @@ class FinetuneJobForm(JobForm):
         widget=forms.Textarea(
             attrs={"rows": 2, "class": "code", "spellcheck": "false", "autocomplete": "off"}
         ),
-        help_text="One <code>ENV_NAME=secret-name:KEY</code> a line, as for a container job; "
+        help_text="One <code>NAME=SECRET_ID:KEY</code> a line (a secret's name works in place of "
+        "its id), as for a container job and the CLI's <code>--secret</code>; "
         "e.g. <code>WANDB_API_KEY=wandb:WANDB_API_KEY</code> or "
         "<code>MLFLOW_TRACKING_URI=mlflow:MLFLOW_TRACKING_URI</code> to report the run to W&amp;B "
         "or MLflow.",

@@ -23,7 +23,13 @@ from apps.core.errors import InvalidRequest
 from apps.core.serializers import StrictSerializer
 from apps.finetunes.datasets import check_dataset
 from apps.finetunes.hub_refs import check_hub_references
-from apps.jobs.specs import JobFileIn, SecretRefIn, env_name_problem, request_from_spec
+from apps.jobs.specs import (
+    DEFAULT_DISK_GB,
+    JobFileIn,
+    SecretRefIn,
+    env_name_problem,
+    request_from_spec,
+)
 from apps.projects.models import Project
 from apps.providers import images
 from apps.secrets.selectors import SECRET_ENV_PARAM, validate_secret_env
@@ -124,7 +130,11 @@ def _secret_env_problem(name: str) -> str | None:
     return env_name_problem(name)
 
 
-DEFAULT_COMPUTE = {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 20}
+DEFAULT_COMPUTE = {
+    "accelerator": "cpu",
+    "gpu_count": 1,
+    "ephemeral_disk_gb": DEFAULT_DISK_GB["finetune"],
+}
 
 
 def job_payload(

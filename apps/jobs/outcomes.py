@@ -18,6 +18,7 @@ from apps.core.hooks import call_hooks
 from apps.jobs.models import Job
 
 OUTCOME_HOOKS: list[str] = [
+    "apps.serving.hooks.job_outcome",
     "apps.sweeps.hooks.job_outcome",
     "apps.webhooks.hooks.job_outcome",
 ]

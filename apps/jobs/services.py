@@ -34,10 +34,9 @@ from apps.jobs.specs import JobCreateIn, deep_merge, normalise, request_from_spe
 from apps.jobs.states import JobState
 from apps.jobs.writes import JobWrite, count
 from apps.projects.models import Project
+from apps.projects.selectors import DEFAULT_PROJECT_SLUG, default_project
 from apps.secrets.selectors import validate_secret_env
 from apps.workdirs.selectors import validate_workdir_ref
-
-DEFAULT_PROJECT_SLUG = "default"
 
 
 class WaitingJobsLimit(ApiError):
@@ -117,10 +116,17 @@ def _project_for(organization: Organization, project_id: str | None) -> Project:
         if project is None:
             raise NotFound("No such project.")
         return project
+    found = default_project(organization)
+    if found is not None:
+        return found
     project, _ = Project.objects.get_or_create(
         organization=organization,
         slug=DEFAULT_PROJECT_SLUG,
-        defaults={"name": "Default", "description": "Jobs submitted without a project."},
+        defaults={
+            "name": "Default",
+            "description": "Jobs submitted without a project.",
+            "is_default": True,
+        },
     )
     return project
 
@@ -278,9 +284,7 @@ def job_plan(
     if project_id:
         project = _project_for(organization, project_id)
     else:
-        project = Project.objects.filter(
-            organization=organization, slug=DEFAULT_PROJECT_SLUG
-        ).first()
+        project = default_project(organization)
     hold_micros, first_minute_micros = _pricing(spec)
     billing_budgets.check_create(
         organization_id=organization.pk,

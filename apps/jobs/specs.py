@@ -33,6 +33,10 @@ MAX_INLINE_PATH = 255
 WORKDIR_ID = re.compile(r"^wd_[A-Za-z0-9]{1,40}$")
 # The text of a job file kept with its job (`trainyard apply -f`): a description, not code.
 MAX_JOB_FILE_BYTES = 64 * 1024
+# The one default ephemeral disk per job kind, in GB, used by the New Job form, the fine-tune
+# and serve payloads and (as constants that tests/cli keeps equal) the CLI: a container job's
+# scratch space; a fine-tune and a serve job also hold the base model, checkpoints, adapters.
+DEFAULT_DISK_GB: dict[str, int] = {"container": 10, "finetune": 20, "serve": 20}
 
 
 class ComputeIn(StrictSerializer):

@@ -185,13 +185,19 @@ def playground(request: HttpRequest, org_slug: str, project_slug: str) -> HttpRe
         _start_servers(request, membership, project, panes)
         return redirect(_page_url(membership, project, query))
     servers = _servers_shown(membership.organization, panes)
+    demo_keys = _demo_keys(membership.organization, groups)
     context = {
         "org": membership.organization,
         "membership": membership,
         "project": project,
         "groups": groups,
         "panes": [
-            {"number": index + 1, "index": index, "target": target}
+            {
+                "number": index + 1,
+                "index": index,
+                "target": target,
+                "demo": target is not None and target.key in demo_keys,
+            }
             for index, target in enumerate(panes)
         ],
         "servers": servers,
@@ -200,13 +206,25 @@ def playground(request: HttpRequest, org_slug: str, project_slug: str) -> HttpRe
         and membership.can(Role.MEMBER),
         "can_deploy": membership.can(Role.MEMBER),
         "max_tokens": streaming.MAX_TOKENS,
-        "demo": any(
-            target is not None and is_demo_model(membership.organization, target.base_model)
-            for target in panes
-        ),
+        "demo_keys": demo_keys,
+        "demo": any(target is not None and target.key in demo_keys for target in panes),
         "demo_prompt": DEMO_PROMPT,
     }
     return TemplateResponse(request, "playground/page.html", context)
+
+
+def _demo_keys(organization, groups) -> set[str]:
+    """The choices that talk to the tiny random demo model (`seed_demo`'s), directly or
+    through an adapter or endpoint on it: their panes say it cannot make sense."""
+    return {
+        target.key
+        for group in groups
+        for target in group.targets
+        if is_demo_model(
+            organization,
+            target.base_model or (target.endpoint.base_model if target.endpoint else None),
+        )
+    }
 
 
 @never_cache

@@ -31,13 +31,21 @@ class Project(models.Model):
         User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(default=timezone.now)
+    # Where a job submitted without a project lands (`apps.projects.selectors.default_project`);
+    # at most one per organization. `seed_demo` marks *Getting started*.
+    is_default = models.BooleanField(default=False)
 
     objects = ProjectQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]
         constraints = [
-            models.UniqueConstraint(fields=["organization", "slug"], name="project_slug_per_org")
+            models.UniqueConstraint(fields=["organization", "slug"], name="project_slug_per_org"),
+            models.UniqueConstraint(
+                fields=["organization"],
+                condition=models.Q(is_default=True),
+                name="one_default_project_per_org",
+            ),
         ]
 
     def __str__(self) -> str:

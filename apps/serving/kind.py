@@ -5,7 +5,8 @@
   plane needs to store nothing to call the engine.
 - Its minutes are billed as a `service` (usage names the endpoint, or the Playground).
 - When the engine announces its port, the endpoint (or Playground server) it runs for is
-  synced: its revisions are loaded and the first one goes live.
+  synced: its revisions are loaded and the first one goes live; an endpoint's open page is
+  pushed at once (its serve job runs).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from django.utils.crypto import salted_hmac
 
 from apps.jobs.kinds import JobKind
 from apps.jobs.models import Attempt, Job
-from apps.serving import enqueue, payloads
+from apps.serving import enqueue, live, payloads
+from apps.serving.models import Endpoint
 from runner import protocol
 
 HOST_PATH_PREFIXES = ("/", "./", "../", "~")
@@ -48,6 +50,10 @@ class Serve(JobKind):
     def service_ready(self, job: Job, attempt: int, port: int) -> None:
         serves_for = payloads.serves_for(job)
         if serves_for.startswith("endpoint:"):
+            # The endpoint page's Serve job badge says Running from now on; its status stays
+            # `starting` until the sync has the revision loaded (and pushes again).
+            for endpoint_id in Endpoint.objects.filter(job_id=job.pk).values_list("pk", flat=True):
+                live.endpoint_changed(endpoint_id)
             enqueue.sync_endpoint(job.pk)
         elif serves_for == payloads.PLAYGROUND:
             enqueue.playground_server_ready(job.pk)

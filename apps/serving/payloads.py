@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import json
 
+from apps.jobs.specs import DEFAULT_DISK_GB
 from apps.providers import images
 
 CONFIG_ENV = "ENGINE_CONFIG"
@@ -31,7 +32,11 @@ if ! python -c 'import engine' >/dev/null 2>&1; then
 fi
 exec python -m engine --config-json "${CONFIG_ENV}"
 """
-DEFAULT_COMPUTE = {"accelerator": "cpu", "gpu_count": 1, "ephemeral_disk_gb": 20}
+DEFAULT_COMPUTE = {
+    "accelerator": "cpu",
+    "gpu_count": 1,
+    "ephemeral_disk_gb": DEFAULT_DISK_GB["serve"],
+}
 BASE_NAME = "base"  # the base model's served name on every engine
 
 

@@ -409,9 +409,23 @@ def _bring_up(
             _fail(revision, f"The engine refused it: {exc.message or exc.error_type}")
             return
         raise EngineUnavailable(f"the engine refused {revision.served_name}: {exc}") from exc
-    EndpointRevision.objects.filter(pk=revision.pk).update(loaded_on_attempt=address.attempt)
+    revision_mark_loaded(revision=revision, attempt=address.attempt)
     if revision.state == EndpointRevision.State.LOADING:
         _promote(endpoint, revision)
+
+
+def revision_mark_loaded(*, revision: EndpointRevision, attempt: int) -> None:
+    """Record that `revision` is loaded on the serve job's `attempt`. A ready revision
+    loaded again on a new attempt (the serve job came back after a preemption) turns the
+    endpoint from `starting` to `ready` without any promotion, so that change is pushed
+    here; a loading one is pushed by its promotion."""
+    changed = (
+        EndpointRevision.objects.filter(pk=revision.pk)
+        .exclude(loaded_on_attempt=attempt)
+        .update(loaded_on_attempt=attempt)
+    )
+    if changed and revision.state == EndpointRevision.State.READY:
+        after_commit(live.endpoint_changed, revision.endpoint_id)
 
 
 def _fail(revision: EndpointRevision, message: str) -> None:

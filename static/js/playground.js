@@ -70,14 +70,40 @@
     setStatus(pane, "idle");
   }
 
+  // The tiny random demo model cannot make sense: a pane talking to it says so beside its
+  // answers, and the prompt form offers an example from the demo data while any pane does.
+  var demoExample = document.getElementById("pg-demo-example");
+  var exampleButton = document.getElementById("pg-example");
+
+  function syncDemo() {
+    var anyDemo = false;
+    panes.forEach(function (pane) {
+      var option = pane.select.selectedOptions[0];
+      var demo = !!option && option.dataset.demo === "true";
+      var note = pane.el.querySelector("[data-demo-note]");
+      if (note) note.hidden = !demo;
+      anyDemo = anyDemo || demo;
+    });
+    if (demoExample) demoExample.hidden = !anyDemo;
+  }
+
+  if (exampleButton) {
+    exampleButton.addEventListener("click", function () {
+      message.value = exampleButton.dataset.prompt;
+      message.focus();
+    });
+  }
+
   panes.forEach(function (pane) {
     syncDeploy(pane);
     pane.select.addEventListener("change", function () {
       resetPane(pane);
       syncDeploy(pane);
+      syncDemo();
       pollServers();
     });
   });
+  syncDemo();
 
   clearButton.addEventListener("click", function () {
     panes.forEach(resetPane);

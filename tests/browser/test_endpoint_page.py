@@ -11,7 +11,11 @@ from django.db import connection
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from apps.serving import services
+from apps.jobs import outcomes
+from apps.jobs.models import Job
+from apps.jobs.states import JobState
+from apps.serving import payloads, services
+from apps.serving.kind import Serve
 from apps.serving.models import EndpointRequest
 from tests.serving.test_endpoint_pages import served_endpoint
 
@@ -73,3 +77,47 @@ def test_a_rollback_shows_the_new_current_revision_without_a_reload(signed_in, t
     )
     assert page.evaluate("window.__notReloaded") is True
     screenshot(page, "endpoint-page")
+
+
+def test_the_status_follows_the_serve_job_without_a_reload(signed_in, team):
+    """A preemption (`starting`), the engine of the new attempt listening (the serve job's
+    badge), the current revision loaded again there (`ready`) and the serve job failing
+    (`failed`) each reach the open page, as a reload would show them."""
+    member = team["member"]
+    served = served_endpoint(team["project"], user=member)
+    revision = served.endpoint.current_revision
+    page = signed_in(member)
+    page.goto(served.url)
+    expect(page.locator("#endpoint-state")).to_have_text("ready")
+    expect(page.locator("#live-indicator.on")).to_be_visible(timeout=10_000)
+    page.evaluate("window.__notReloaded = true")
+
+    # Preempted and placed again: attempt 2 is being provisioned.
+    Job.objects.filter(pk=served.endpoint.job_id).update(
+        state=JobState.PROVISIONING, attempt_count=2
+    )
+    job = Job.objects.get(pk=served.endpoint.job_id)
+    in_own_thread(outcomes.notify, job=job, state=JobState.PREEMPTED)
+    expect(page.locator("#endpoint-state")).to_have_text("starting", timeout=10_000)
+    expect(page.locator("#serve-job-state")).to_have_text("Provisioning")
+
+    # Its engine listens (attempt 2 runs) but has not loaded r2 yet.
+    serves_for = payloads.endpoint_for(served.endpoint.public_id)
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING,
+        spec={"container": {"env": {payloads.FOR_ENV: serves_for}}},
+    )
+    job.refresh_from_db()
+    in_own_thread(Serve().service_ready, job=job, attempt=2, port=8000)
+    expect(page.locator("#serve-job-state")).to_have_text("Running", timeout=10_000)
+    expect(page.locator("#endpoint-state")).to_have_text("starting")
+
+    in_own_thread(services.revision_mark_loaded, revision=revision, attempt=2)
+    expect(page.locator("#endpoint-state")).to_have_text("ready", timeout=10_000)
+
+    Job.objects.filter(pk=job.pk).update(state=JobState.FAILED, terminal_at=timezone.now())
+    job.refresh_from_db()
+    in_own_thread(outcomes.notify, job=job, state=JobState.FAILED)
+    expect(page.locator("#endpoint-state")).to_have_text("failed", timeout=10_000)
+    expect(page.locator("#endpoint-status")).to_contain_text("The serve job ended")
+    assert page.evaluate("window.__notReloaded") is True

@@ -165,7 +165,7 @@ def test_form_errors_show_next_to_their_fields(signed_in, team):
     form.get_by_label("Script (base64)").fill("")
     form.get_by_label("Command").fill("echo hi")
     form.get_by_label("Accelerator").select_option("nvidia-l40s-48gb")
-    form.get_by_label("GPU count").select_option("3")
+    form.get_by_label("Count", exact=True).select_option("3")
     form.get_by_role("button", name="Submit container job").click()
     expect(page.locator("#container-gpu_count_error")).to_contain_text(
         "comes in gpu counts 1, 2, 4, 8"

@@ -86,3 +86,39 @@ def test_a_finetune_and_its_base_model_answer_one_prompt_side_by_side(
     assert server.base_model == str(tiny_model)
     assert list(server.adapters.values_list("served_name", flat=True)) == [f"pg-{tuned.adapter.pk}"]
     job_services.job_terminate(job=job)
+
+
+def test_panes_on_the_demo_model_say_so_and_its_example_fills_the_message(
+    signed_in, team, live_stack, settings, tmp_path
+):
+    """Nothing starts (no message is sent): the notes and the example follow the pane
+    choices in the page alone."""
+    settings.MEDIA_ROOT = live_stack.workdir / "var" / "media"
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 4}\n')
+    demo = finished_finetune(
+        project=team["project"], tiny_model="studio/tiny-llama", adapter_dir=adapter, name="demo"
+    )
+    page = signed_in(team["member"])
+    page.goto(f"/o/studio/projects/speech/playground/?job={demo.job.public_id}")
+
+    notes = [page.locator(f"#pane-{index}-demo") for index in range(3)]
+    expect(notes[0]).to_contain_text("Tiny random demo model")
+    expect(notes[1]).to_be_visible()
+    expect(notes[2]).to_be_hidden()
+    page.get_by_label("Pane 3 talks to").select_option(f"art_{demo.adapter.pk}")
+    expect(notes[2]).to_be_visible()
+
+    for label in ("Pane 1 talks to", "Pane 2 talks to", "Pane 3 talks to"):
+        page.get_by_label(label).select_option("")
+    expect(page.locator("#pg-demo-example")).to_be_hidden()
+    expect(notes[0]).to_be_hidden()
+
+    page.get_by_label("Pane 1 talks to").select_option("base")
+    message = page.get_by_label("Message to every pane")
+    message.fill("")
+    page.get_by_role("button", name=re.compile("^Example from the demo data")).click()
+    expect(message).to_have_value("Reverse the letters.\nc a f")
+    expect(message).to_be_focused()
+    assert not PlaygroundServer.objects.exists()

@@ -11,9 +11,14 @@ import tarfile
 import httpx
 import pytest
 
+from apps.finetunes.forms import FinetuneJobForm
+from apps.finetunes.payloads import DEFAULT_COMPUTE as FINETUNE_COMPUTE
+from apps.jobs.specs import DEFAULT_DISK_GB
+from apps.jobs.web.forms import ContainerJobForm
+from apps.serving.payloads import DEFAULT_COMPUTE as SERVE_COMPUTE
 from tests.cli.conftest import KEY
 from trainyard_cli.commands.logs import job_exit_code
-from trainyard_cli.main import split_command
+from trainyard_cli.main import CONTAINER_DISK_GB, FINETUNE_DISK_GB, split_command
 
 JOBS = "/api/v1/compute/jobs"
 
@@ -423,3 +428,23 @@ def test_a_local_file_problem_is_one_line_and_exit_1(cli, api, tmp_path, capsys)
     assert cli("artifacts", "download", "job_abc", "art_1", "-o", str(missing)) == 1
     err = capsys.readouterr().err
     assert "nowhere" in err and "Traceback" not in err
+
+
+def test_the_cli_disk_defaults_are_the_servers_one_default_per_kind():
+    """One default per kind (apps.jobs.specs.DEFAULT_DISK_GB) across the New Job form, the
+    fine-tune and serve payloads and the CLI."""
+    assert DEFAULT_DISK_GB == {"container": 10, "finetune": 20, "serve": 20}
+    assert (CONTAINER_DISK_GB, ContainerJobForm.default_disk_gb) == (10, 10)
+    assert (FINETUNE_DISK_GB, FinetuneJobForm.default_disk_gb) == (20, 20)
+    assert FINETUNE_COMPUTE["ephemeral_disk_gb"] == 20
+    assert SERVE_COMPUTE["ephemeral_disk_gb"] == 20
+
+
+def test_count_is_the_accelerator_count_and_gpus_its_old_name(cli, api):
+    api.on("POST", JOBS, _job(), status=201)
+
+    assert cli("jobs", "submit", "img", "--count", "1", "--", "true") == 0
+    assert cli("jobs", "submit", "img", "--gpus", "2", "--", "true") == 0
+
+    first, second = api.bodies("POST", JOBS)
+    assert (first["compute"]["gpu_count"], second["compute"]["gpu_count"]) == (1, 2)

@@ -13,7 +13,9 @@ from apps.accounts.models import Organization, User
 from apps.hub import repos
 from apps.hub.blobs import open_blob
 from apps.hub.models import HubCommit, HubRepo
+from apps.jobs import services as job_services
 from tests.factories import MembershipFactory, ProjectFactory
+from tests.jobs.helpers import job_body
 
 pytestmark = pytest.mark.django_db
 
@@ -58,6 +60,19 @@ def test_seeding_again_commits_nothing(seeded):
     commits = HubCommit.objects.filter(repo__organization=demo).count()
     call_command("seed_demo", stdout=StringIO())
     assert HubCommit.objects.filter(repo__organization=demo).count() == commits
+
+
+def test_the_seeded_project_takes_the_jobs_submitted_without_a_project(seeded):
+    """The CLI's `trainyard jobs submit` without --project: the job shows in *Getting
+    started*, the project the newcomer sees, and seeding again changes nothing."""
+    demo, _ = seeded
+    created = job_services.job_create(
+        organization=demo, payload=job_body(), idempotency_key="first-cli-job"
+    )
+    call_command("seed_demo", stdout=StringIO())
+
+    assert created.job.project.slug == "getting-started"
+    assert list(demo.projects.values_list("slug", "is_default")) == [("getting-started", True)]
 
 
 def test_the_finetune_form_is_prefilled_with_the_hub_repos_of_the_demo_only(seeded, client):

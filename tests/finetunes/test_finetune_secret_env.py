@@ -96,6 +96,6 @@ def test_the_finetune_form_names_a_secret_that_is_not_there(client_for, member, 
     response = client_for(member).post(PAGE, finetune_data(secrets="WANDB_API_KEY=nope:K"))
     assert response.status_code == 200
     assert field_errors(response, "finetune-secrets") == [
-        "WANDB_API_KEY: no secret named nope in this organization."
+        "WANDB_API_KEY: no secret nope (by id or name) in this organization."
     ]
     assert not Job.objects.exists()

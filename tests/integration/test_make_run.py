@@ -155,6 +155,8 @@ def test_on_another_port_the_runner_reports_to_that_port_and_never_to_8000(tmp_p
             assert proc.poll() is None, proc.log.read_text()
             log = proc.log.read_text()
             assert f"Trainyard: http://127.0.0.1:{port}/" in log
+            # It names the CLI it installed and how to put it on PATH (the README's quickstart).
+            assert "/trainyard  (on PATH in another shell: export PATH=" in log
             # It says where jobs run (the host runtime here, as the suite's settings ask).
             assert "Jobs run as processes of this host (LOCAL_RUNTIME=host)" in log
             sock = tmp_path / "var" / "redis" / "redis.sock"

@@ -126,6 +126,42 @@ def test_it_opens_a_jobs_final_adapter_beside_its_base_model(client_for, member,
     assert b"Start servers" not in page.content
 
 
+def test_a_pane_on_the_demo_model_says_it_is_tiny_and_random_and_offers_an_example(
+    client_for, member, make_finetune, project
+):
+    demo = make_finetune(project, name="demo-tune", base_model="acme/tiny-llama")
+    response = client_for(member).get(f"{PAGE}?job={demo.job.public_id}")
+
+    assert response.status_code == 200
+    panes = _panes(response)
+    # Pane 1 (the demo base model) and pane 2 (its adapter) are marked; the picker knows
+    # which choices are the demo model's, so the notes follow a change of pane.
+    assert panes.selected["pane-0"]["data-demo"] == "true"
+    assert panes.selected["pane-1"]["data-demo"] == "true"
+    body = response.content.decode()
+    for index in (0, 1):
+        note = re.search(rf'<p class="pg-demo-warning" id="pane-{index}-demo"[^>]*>', body)
+        assert note and "hidden" not in note.group(0)
+    assert re.search(r'<p class="pg-demo-warning" id="pane-2-demo"[^>]*hidden', body)
+    assert "Tiny random demo model:</strong> it cannot make sense" in body
+    assert '<div class="pg-demo-example" id="pg-demo-example">' in body
+    assert 'id="pg-example" data-prompt="Reverse the letters.\nc a f"' in body
+
+
+def test_a_pane_on_another_model_shows_no_demo_note(client_for, member, tuned):
+    response = client_for(member).get(f"{PAGE}?job={tuned.job.public_id}")
+
+    panes = _panes(response)
+    assert all("data-demo" not in option for option in panes.options["pane-0"])
+    body = response.content.decode()
+    assert (
+        len(re.findall(r'class="pg-demo-warning" id="pane-\d-demo" data-demo-note hidden', body))
+        == 3
+    )
+    assert '<div class="pg-demo-example" id="pg-demo-example" hidden>' in body
+    assert "Reverse the letters." not in body.split('id="pg-message"')[1].split("</textarea>")[0]
+
+
 def test_opening_the_page_never_starts_a_billed_server(member, tuned):
     """A link to the page (or any top-level navigation, which takes Lax cookies along)
     spends nothing: only a CSRF-checked POST starts a server."""

@@ -18,13 +18,14 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 
 from apps.accounts.models import Organization
 from apps.catalog.models import Accelerator
 from apps.core.errors import ApiError
 from apps.core.money import MICROS_PER_USD
 from apps.jobs.models import Job
-from apps.jobs.specs import MAX_DISK_GB
+from apps.jobs.specs import DEFAULT_DISK_GB, MAX_DISK_GB
 from apps.projects.models import Project
 from apps.secrets.models import Secret
 
@@ -75,9 +76,10 @@ def parse_env(text: str) -> dict[str, str]:
 
 
 def parse_secret_refs(text: str) -> dict[str, tuple[str, str]]:
-    """`ENV_NAME=secret-name:KEY`, one a line, into {ENV_NAME: (secret name, KEY)}. Without
-    `:KEY` the key is ENV_NAME itself (`HF_TOKEN=hf` reads key HF_TOKEN of secret hf). Secret
-    names cannot contain `:`, so the first one splits."""
+    """`NAME=SECRET_ID:KEY`, one a line (the CLI's `--secret` syntax), into {NAME: (secret
+    reference, KEY)}; the reference is a secret's id (`sec_…`) or, for people typing, its
+    name. Without `:KEY` the key is NAME itself (`HF_TOKEN=hf` reads key HF_TOKEN of secret
+    hf). Neither ids nor secret names contain `:`, so the first one splits."""
     refs: dict[str, tuple[str, str]] = {}
     errors: list[str] = []
     for number, line in _lines(text):
@@ -85,7 +87,7 @@ def parse_secret_refs(text: str) -> dict[str, tuple[str, str]]:
         env_name = env_name.strip()
         secret_name, _, key = ref.strip().partition(":")
         if not sep or not env_name or not secret_name.strip():
-            errors.append(f"Line {number}: expected ENV_NAME=secret-name:KEY.")
+            errors.append(f"Line {number}: expected NAME=SECRET_ID:KEY.")
         elif env_name in refs:
             errors.append(f"Line {number}: {env_name} is set twice.")
         else:
@@ -117,7 +119,7 @@ class JobForm(forms.Form):
     title: str = ""
     section_template: str = ""
     quote_target: str = ""
-    default_disk_gb: int = 10
+    default_disk_gb: int = DEFAULT_DISK_GB["container"]
     # (param prefix, field): `param` equal to the prefix, or below it (`prefix.x`, `prefix[0]`).
     param_fields: tuple[tuple[str, str], ...] = (
         ("name", "name"),
@@ -140,8 +142,13 @@ class JobForm(forms.Form):
         "keep their place and resume from their newest checkpoint.",
     )
     accelerator = forms.ChoiceField(label="Accelerator", initial="cpu")
+    # "Count", not "GPU count": the default accelerator, cpu, has no GPU (it comes as 1).
     gpu_count = forms.TypedChoiceField(
-        label="GPU count", coerce=int, choices=GPU_COUNT_CHOICES, initial=1
+        label="Count",
+        coerce=int,
+        choices=GPU_COUNT_CHOICES,
+        initial=1,
+        help_text="How many of the accelerator: GPUs for a GPU; cpu comes as 1.",
     )
     disk_gb = forms.IntegerField(
         label="Disk (GB)",
@@ -249,26 +256,32 @@ class JobForm(forms.Form):
 
 
 def resolve_secret_refs(text: str, *, organization: Organization) -> dict[str, dict[str, str]]:
-    """A Secrets field's lines as {ENV_NAME: {secret_id, key}}, secret names resolved within
-    `organization`; ValidationError names every line that does not resolve."""
+    """A Secrets field's lines as {ENV_NAME: {secret_id, key}}, each reference (an id, else a
+    name) resolved within `organization`; ValidationError names every line that does not
+    resolve."""
     refs = parse_secret_refs(text)
     if not refs:
         return {}
-    names = {secret_name for secret_name, _ in refs.values()}
-    found = {
-        secret.name: secret
-        for secret in Secret.objects.for_org(organization)
-        .filter(name__in=names)
+    wanted = {reference for reference, _ in refs.values()}
+    found: dict[str, Secret] = {}
+    secrets = (
+        Secret.objects.for_org(organization)
+        .filter(Q(public_id__in=wanted) | Q(name__in=wanted))
         .only("name", "public_id", "keys")
-    }
+    )
+    for secret in secrets:
+        found.setdefault(secret.name, secret)
+        found[secret.public_id] = secret  # an id wins over another secret's equal name
     resolved: dict[str, dict[str, str]] = {}
     errors: list[str] = []
-    for env_name, (secret_name, key) in refs.items():
-        secret = found.get(secret_name)
+    for env_name, (reference, key) in refs.items():
+        secret = found.get(reference)
         if secret is None:
-            errors.append(f"{env_name}: no secret named {secret_name} in this organization.")
+            errors.append(
+                f"{env_name}: no secret {reference} (by id or name) in this organization."
+            )
         elif key not in secret.keys:
-            errors.append(f"{env_name}: secret {secret_name} has no key {key}.")
+            errors.append(f"{env_name}: secret {reference} has no key {key}.")
         else:
             resolved[env_name] = {"secret_id": secret.public_id, "key": key}
     if errors:
@@ -284,7 +297,7 @@ class ContainerJobForm(JobForm):
     title = "Container"
     section_template = "jobs/partials/new_job_container.html"
     quote_target = "quote"
-    default_disk_gb = 10
+    default_disk_gb = DEFAULT_DISK_GB["container"]
     param_fields = (
         *JobForm.param_fields,
         ("container.image", "image"),
@@ -352,8 +365,10 @@ class ContainerJobForm(JobForm):
         label="Secrets",
         required=False,
         widget=_textarea(3),
-        help_text="One <code>ENV_NAME=secret-name:KEY</code> a line; the value is read "
-        "when the job starts and never stored with it.",
+        help_text="One <code>NAME=SECRET_ID:KEY</code> a line, as the CLI's "
+        "<code>--secret</code> (a secret's name works in place of its id; without "
+        "<code>:KEY</code> the key is NAME); the value is read when the job starts and never "
+        "stored with it.",
     )
     max_runtime_hours = forms.FloatField(
         label="Max runtime (hours)",

@@ -132,7 +132,7 @@ def quote_shown(
     try:
         count = int(gpu_count)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        return QuoteShown(problem="Choose a GPU count.")
+        return QuoteShown(problem="Choose a count.")
     if count not in chosen.gpu_counts:
         counts = ", ".join(str(c) for c in chosen.gpu_counts)
         return QuoteShown(

@@ -9,6 +9,7 @@ from apps.jobs.api.serializers import JobOut
 from apps.jobs.models import Job, JobEvent
 from apps.jobs.selectors import as_created
 from apps.secrets import services as secret_services
+from tests.factories import ProjectFactory
 from tests.jobs.helpers import job_body, script_b64
 
 pytestmark = pytest.mark.django_db
@@ -60,6 +61,35 @@ def test_it_creates_a_requested_job_with_the_reference_shape(api, org):
     assert job.project.slug == "default"
     assert body["project"] == job.project.public_id
     assert list(JobEvent.objects.filter(job=job).values_list("type", flat=True)) == ["job_created"]
+
+
+def test_a_job_without_a_project_lands_in_the_project_marked_default(api, org, other_org):
+    """What the CLI does without --project: in the demo organization, the seeded *Getting
+    started* (marked default) shows the job, and no hidden *Default* project is made."""
+    ProjectFactory(organization=other_org, name="Theirs", slug="theirs", is_default=True)
+    ProjectFactory(organization=org, name="First", slug="first")
+    marked = ProjectFactory(
+        organization=org, name="Getting started", slug="getting-started", is_default=True
+    )
+
+    response = post(api, job_body())
+
+    assert response.status_code == 201
+    assert response.json()["project"] == marked.public_id
+    assert Job.objects.get().project == marked
+    assert sorted(org.projects.values_list("slug", flat=True)) == ["first", "getting-started"]
+
+
+def test_without_a_marked_project_the_default_project_is_made_once_and_marked(api, org):
+    ProjectFactory(organization=org, name="Vision", slug="vision")
+
+    first = post(api, job_body(), key="key-1")
+    second = post(api, job_body(name="again"), key="key-2")
+
+    assert (first.status_code, second.status_code) == (201, 201)
+    default = org.projects.get(slug="default")
+    assert (default.name, default.is_default) == ("Default", True)
+    assert {first.json()["project"], second.json()["project"]} == {default.public_id}
 
 
 def test_the_same_key_and_body_returns_the_same_job_with_200(api):

@@ -113,7 +113,7 @@ def test_it_shows_both_forms_with_a_label_for_every_field(client_for, member, pr
         "script": "Script",
         "script_b64": "Script (base64)",
         "accelerator": "Accelerator",
-        "gpu_count": "GPU count",
+        "gpu_count": "Count",
         "disk_gb": "Disk (GB)",
         "env": "Environment",
         "secrets": "Secrets",
@@ -132,7 +132,7 @@ def test_it_shows_both_forms_with_a_label_for_every_field(client_for, member, pr
         "max_steps": "Max steps",
         "learning_rate": "Learning rate",
         "accelerator": "Accelerator",
-        "gpu_count": "GPU count",
+        "gpu_count": "Count",
         "disk_gb": "Disk (GB)",
         "priority_class": "Priority class",
     }
@@ -447,8 +447,8 @@ def test_an_unknown_secret_name_is_a_field_error(client_for, member, org, projec
 
     assert response.status_code == 200
     assert field_errors(response, "container-secrets") == [
-        "A: no secret named nope in this organization.",
-        "B: no secret named theirs in this organization.",
+        "A: no secret nope (by id or name) in this organization.",
+        "B: no secret theirs (by id or name) in this organization.",
         "C: secret hf has no key MISSING.",
     ]
     assert not Job.objects.exists()
@@ -462,8 +462,8 @@ def test_a_malformed_secrets_line_is_a_field_error(client_for, member, org, proj
     )
 
     assert field_errors(response, "container-secrets") == [
-        "Line 2: expected ENV_NAME=secret-name:KEY.",
-        "Line 3: expected ENV_NAME=secret-name:KEY.",
+        "Line 2: expected NAME=SECRET_ID:KEY.",
+        "Line 3: expected NAME=SECRET_ID:KEY.",
     ]
     assert not Job.objects.exists()
 
@@ -477,6 +477,31 @@ def test_a_secret_line_without_a_key_reads_the_key_of_the_same_name(
 
     assert only_job().spec["container"]["secret_env"] == {
         "HF_TOKEN": {"secret_id": secret.public_id, "key": "HF_TOKEN"}
+    }
+
+
+def test_a_secret_given_by_id_as_on_the_cli_reaches_the_job_and_another_orgs_is_refused(
+    client_for, member, org, project, other_org
+):
+    ours = secret_services.secret_create(organization=org, name="hf", data={"HF_TOKEN": "x"})
+    theirs = secret_services.secret_create(organization=other_org, name="t", data={"K": "v"})
+    client = client_for(member)
+
+    refused = client.post(PAGE, container_data(command="true", secrets=f"K={theirs.public_id}:K"))
+    assert field_errors(refused, "container-secrets") == [
+        f"K: no secret {theirs.public_id} (by id or name) in this organization."
+    ]
+    assert not Job.objects.exists()
+
+    response = client.post(
+        PAGE,
+        container_data(command="true", secrets=f"TOKEN={ours.public_id}:HF_TOKEN\nHF_TOKEN=hf"),
+    )
+
+    assert response.status_code == 302
+    assert only_job().spec["container"]["secret_env"] == {
+        "TOKEN": {"secret_id": ours.public_id, "key": "HF_TOKEN"},
+        "HF_TOKEN": {"secret_id": ours.public_id, "key": "HF_TOKEN"},
     }
 
 
@@ -779,8 +804,8 @@ def test_the_quote_for_an_accelerator_without_offers_says_not_available(client_f
             "Choose an accelerator from the catalog.",
         ),
         ({"gpu_count": "1"}, "Choose an accelerator from the catalog."),
-        ({"accelerator": "cpu", "gpu_count": "many"}, "Choose a GPU count."),
-        ({"accelerator": "cpu"}, "Choose a GPU count."),
+        ({"accelerator": "cpu", "gpu_count": "many"}, "Choose a count."),
+        ({"accelerator": "cpu"}, "Choose a count."),
         (
             {"accelerator": "nvidia-l40s-48gb", "gpu_count": "3"},
             "NVIDIA L40S 48GB comes in GPU counts 1, 2, 4, 8, not 3.",

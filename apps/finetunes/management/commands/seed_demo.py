@@ -43,7 +43,7 @@ class Command(BaseCommand):
             user.set_password(password)
             user.save(update_fields=["password"])
         Membership.objects.get_or_create(user=user, organization=org, defaults={"role": Role.OWNER})
-        Project.objects.get_or_create(
+        project, _ = Project.objects.get_or_create(
             organization=org,
             slug="getting-started",
             defaults={
@@ -51,6 +51,10 @@ class Command(BaseCommand):
                 "description": "A first project to submit jobs in.",
             },
         )
+        # Jobs submitted without a project (the CLI's, by default) land here, not in a
+        # *Default* project the newcomer never made; unless another is already marked.
+        if not Project.objects.filter(organization=org, is_default=True).exists():
+            Project.objects.filter(pk=project.pk).update(is_default=True)
         grant_demo_credits(org)
         balance = ledger.balance(org.pk).balance_micros
         self.stdout.write(f"Demo credits: balance {format_usd(balance)}")
