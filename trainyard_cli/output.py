@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from trainyard_cli import formats
 from trainyard_cli.client import ApiError, CliError
@@ -51,8 +52,8 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
     for index, column in enumerate(columns):
         # The first column is an id: never folded, so it can be copied whole.
         grid.add_column(column, no_wrap=index == 0, overflow="fold")
-    for row in rows:
-        grid.add_row(*(text(value) for value in row))
+    for row in rows:  # as plain text: a value's "[…]" is never read as rich's markup
+        grid.add_row(*(Text(text(value)) for value in row))
     out().print(grid)
 
 
@@ -62,7 +63,7 @@ def fields(pairs: Iterable[tuple[str, Any]]) -> None:
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
     for name, value in pairs:
-        grid.add_row(name, text(value))
+        grid.add_row(name, Text(text(value)))
     out().print(grid)
 
 

@@ -197,8 +197,12 @@ def metric_summaries(jobs: list[Job]) -> dict[int, dict[str, MetricSummary]]:
     """Per job pk, per series: the final point (from the job row's summary), the best
     finite value and the count of points that are not superseded. One grouped query."""
     finite = (
-        MetricSample.objects.filter(job__in=jobs, superseded=False, value__isnull=False)
-        .exclude(value__in=[math.nan, math.inf, -math.inf])
+        # Between the infinities: neither infinite nor NaN (PostgreSQL orders NaN above every
+        # number; SQLite keeps it as NULL). `NOT IN (NaN, …)` would drop every row on SQLite,
+        # which binds NaN as NULL.
+        MetricSample.objects.filter(
+            job__in=jobs, superseded=False, value__gt=-math.inf, value__lt=math.inf
+        )
         .values("job_id", "name")
         .annotate(low=Min("value"), high=Max("value"))
         .order_by()
