@@ -71,7 +71,21 @@ def test_at_360_px_no_page_scrolls_sideways_and_the_nav_works_by_keyboard(
             "dataset_id": wide.public_id,
         },
     )
-    pages["projects"] = reverse("project-list", kwargs={"org_slug": team["org"].slug})
+    org, project = team["org"].slug, {"org_slug": team["org"].slug, "project_slug": "speech"}
+    pages.update(
+        {
+            "projects": reverse("project-list", kwargs={"org_slug": org}),
+            "new-project": reverse("project-create", kwargs={"org_slug": org}),
+            "models": reverse("hub-list", kwargs={"org_slug": org, "section": "models"}),
+            "hub-datasets": reverse("hub-list", kwargs={"org_slug": org, "section": "datasets"}),
+            "sweeps": reverse("project-sweeps", kwargs=project),
+            "new-sweep": reverse("sweep-new", kwargs=project),
+            "webhooks": reverse("org-webhooks", kwargs={"org_slug": org}),
+            "serve-job": reverse(
+                "job-detail", kwargs={"org_slug": org, "job_id": served.endpoint.job.public_id}
+            ),
+        }
+    )
     wait_until(
         lambda: (
             Job.objects.filter(pk__in=(job.pk, other.pk), state__in=TERMINAL_STATES).count() == 2

@@ -112,10 +112,29 @@ def _fields(body: str, form_marker: str) -> tuple[list[str], str]:
             'class="inline-form form-fields"',
             ["url", "events", "format", "description"],
         ),
+        ("member", "/o/acme/projects/new/", 'class="form-fields"', ["name", "slug", "description"]),
+        (
+            "member",
+            f"{BASE}sweeps/new/",
+            'id="sweep-form"',
+            [
+                "name",
+                "kind",
+                "template",
+                "params",
+                "method",
+                "samples",
+                "seed",
+                "concurrency",
+                "max_cost_usd",
+                "objective",
+                "direction",
+            ],
+        ),
     ],
-    ids=["dataset-upload", "ssh-key", "api-key", "webhook"],
+    ids=["dataset-upload", "ssh-key", "api-key", "webhook", "new-project", "new-sweep"],
 )
-def test_settings_and_datasets_forms_render_field_by_field(
+def test_forms_render_field_by_field_not_as_paragraphs(
     request, client_for, project, who, url, form_marker, fields
 ):
     body = body_of(client_for(request.getfixturevalue(who)), url)
