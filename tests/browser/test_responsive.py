@@ -169,3 +169,15 @@ def test_a_wide_dataset_scrolls_inside_its_preview_not_the_page(
     assert preview.evaluate("box => box.scrollWidth > box.clientWidth")  # scrolls on its own
     assert preview.evaluate("box => box.getBoundingClientRect().right") <= 1280
     expect(preview).to_contain_text("x" * 600)
+
+
+def test_between_phone_and_desktop_the_top_bar_wraps_instead_of_widening_the_page(signed_in, team):
+    page = signed_in(team["member"])  # the overview, at 1280 px the bar is one row
+    one_row = page.locator(".topbar").bounding_box()["height"]
+
+    for width in (1024, 800):
+        page.set_viewport_size({"width": width, "height": 800})
+        scroll, inner = page.evaluate(WIDTH)
+        assert scroll <= inner == width
+        assert page.locator(".topbar").bounding_box()["height"] > one_row  # links on a row
+        expect(page.get_by_role("navigation", name="Main").get_by_role("link")).to_have_count(8)
