@@ -63,17 +63,11 @@ def test_at_360_px_no_page_scrolls_sideways_and_the_nav_works_by_keyboard(
     wide = uploaded_dataset(team["project"], name="Wide", rows=[LONG_ROW, LONG_ROW])
     served = served_endpoint(team["project"], user=team["member"])
     pages = _pages(team, job, other, served.url)
-    pages["dataset"] = reverse(
-        "project-dataset",
-        kwargs={
-            "org_slug": team["org"].slug,
-            "project_slug": team["project"].slug,
-            "dataset_id": wide.public_id,
-        },
-    )
-    org, project = team["org"].slug, {"org_slug": team["org"].slug, "project_slug": "speech"}
+    org = team["org"].slug
+    project = {"org_slug": org, "project_slug": team["project"].slug}
     pages.update(
         {
+            "dataset": reverse("project-dataset", kwargs={**project, "dataset_id": wide.public_id}),
             "projects": reverse("project-list", kwargs={"org_slug": org}),
             "new-project": reverse("project-create", kwargs={"org_slug": org}),
             "models": reverse("hub-list", kwargs={"org_slug": org, "section": "models"}),
@@ -127,8 +121,9 @@ def test_at_360_px_no_page_scrolls_sideways_and_the_nav_works_by_keyboard(
                     )
 
             # The nav: every link on screen, and reachable with Tab from the top of the page.
-            nav = page.get_by_role("navigation", name="Main")
-            for link in nav.get_by_role("link").all():
+            links = page.get_by_role("navigation", name="Main").get_by_role("link")
+            expect(links).to_have_count(8)
+            for link in links.all():
                 box = link.bounding_box()
                 assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 360
             page.keyboard.press("Tab")  # the skip link
