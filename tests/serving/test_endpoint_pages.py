@@ -346,12 +346,14 @@ class TestDetail:
         raw = page(client_for(member), served.url)
         body = html.unescape(raw)
 
-        curl = html.unescape(re.search(r'<pre id="snippet-curl">(.*?)</pre>', raw, re.S).group(1))
+        curl = html.unescape(
+            re.search(r'<pre id="snippet-curl"[^>]*>(.*?)</pre>', raw, re.S).group(1)
+        )
         assert "curl https://trainyard.example.com/v1/chat/completions" in curl
         assert '-H "Authorization: Bearer $TRAINYARD_API_KEY"' in curl
         assert '"model": "support-bot"' in curl
         python = html.unescape(
-            re.search(r'<pre id="snippet-python">(.*?)</pre>', raw, re.S).group(1)
+            re.search(r'<pre id="snippet-python"[^>]*>(.*?)</pre>', raw, re.S).group(1)
         )
         assert "from openai import OpenAI" in python
         assert 'base_url="https://trainyard.example.com/v1"' in python
@@ -414,7 +416,9 @@ class TestDetail:
         assert data["requests"][-1] == 3 and sum(data["requests"]) == 3
         assert data["p50"][-1] == 200 and data["p95"][-1] == 300
         assert data["p50"][0] is None
-        table = re.search(r'<table class="table compact" id="usage-table">.*?</table>', body, re.S)
+        table = re.search(
+            r'<table class="table compact" id="usage-table"[^>]*>.*?</table>', body, re.S
+        )
         tbody = re.search(r"<tbody>(.*?)</tbody>", table.group(0), re.S).group(1)
         rows = re.findall(r"<tr>(.*?)</tr>", tbody, re.S)
         assert len(rows) == 2

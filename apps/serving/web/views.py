@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from apps.accounts.models import Membership, Role
 from apps.accounts.tenancy import membership_for_slug, remember_org
 from apps.core.errors import ApiError
+from apps.projects.models import Project
 from apps.serving import selectors, services
 from apps.serving.models import Endpoint
 from apps.serving.web import partials
@@ -62,6 +63,9 @@ def endpoint_list(request: HttpRequest, org_slug: str) -> HttpResponse:
         "membership": membership,
         "rows": rows,
         "public_url": public_url(request),
+        "can_write": membership.can(Role.MEMBER),
+        # New endpoint: an endpoint is deployed from a project's Playground.
+        "projects": list(Project.objects.for_org(org).order_by("name")[:50]),
     }
     return TemplateResponse(request, "serving/list.html", context)
 
