@@ -209,7 +209,9 @@ def published_repo(api, job_id: str) -> str:
 
 
 def _key(org) -> str:
-    return account_services.api_key_create(organization=org, name="hub-reader")[1]
+    """A new key of `org` each call (an organization's active keys have distinct names)."""
+    name = f"hub-reader-{org.api_keys.count() + 1}"
+    return account_services.api_key_create(organization=org, name=name)[1]
 
 
 def test_the_host_runtime_gives_the_organization_s_cache_unless_the_job_names_its_own(
