@@ -16,7 +16,10 @@ Grouped units go first, longest-known first, so they start at once; every other 
 unit of its own.
 
 `--durations=30` prints the slowest; `var/test-times.tsv` keeps every test's wall time and
-CPU seconds (this process, its reaped children, the live stack's processes)."""
+CPU seconds: this process, its reaped children, the live stack's processes, and (where the
+cgroup v1 cpuacct hierarchy is writable, as for root here) the whole process tree the worker
+started, reaped or not (`cpu_tree_s`: a trainer forked from a zygote, a Chromium, a runner
+still running count for the test that was running when they used the CPU)."""
 
 from __future__ import annotations
 
@@ -182,6 +185,44 @@ def _stack_cpu(stack: object) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+class ProcessTreeCpu:
+    """CPU of this process and everything it starts from now on, by a cpuacct cgroup of
+    its own (children inherit it); `read()` is None where there is no such hierarchy or it
+    cannot be written."""
+
+    def __init__(self, name: str) -> None:
+        self.folder: Path | None = None
+        folder = CPUACCT / name
+        try:
+            folder.mkdir(exist_ok=True)
+            (folder / "cgroup.procs").write_text(str(os.getpid()))
+        except OSError:
+            return
+        self.folder = folder
+
+    def read(self) -> float | None:
+        if self.folder is None:
+            return None
+        try:
+            return int((self.folder / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, ValueError):
+            return None
+
+    def close(self) -> None:
+        """Back to the parent group; the folder goes once its last process has ended (a
+        daemon left running keeps it, and the next run's name differs)."""
+        if self.folder is None:
+            return
+        try:
+            (CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
+            self.folder.rmdir()
+        except OSError:
+            pass
+
+
 def _cpu() -> tuple[float, float]:
     own = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -199,9 +240,10 @@ def run_id() -> str:
 
 
 class TimingRecorder:
-    """Appends `nodeid, wall, cpu_self, cpu_children, cpu_stack` (seconds, setup to
-    teardown) per test to var/test-times/<run>/<worker>.tsv; the controller merges them
-    into var/test-times.tsv, slowest first, at the end of the run."""
+    """Appends `nodeid, wall, cpu_self, cpu_children, cpu_stack, cpu_tree` (seconds, setup
+    to teardown; cpu_tree empty where unmeasured) per test to
+    var/test-times/<run>/<worker>.tsv; the controller merges them into var/test-times.tsv,
+    slowest first, at the end of the run."""
 
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
@@ -209,17 +251,21 @@ class TimingRecorder:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / f"{_worker(config)}.tsv"
         self.path.write_text("")
+        self.tree = ProcessTreeCpu(f"trainyard-tests-{run_id()}-{_worker(config)}")
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
         wall = time.monotonic()
         own, children = _cpu()
         stack_before = _stack_cpu(item.session.config.stash.get(STACK_KEY, None))
+        tree_before = self.tree.read()
         try:
             return (yield)
         finally:
             stack = item.session.config.stash.get(STACK_KEY, None)
             own_after, children_after = _cpu()
+            tree_after = self.tree.read()
+            tree = "" if tree_before is None or tree_after is None else tree_after - tree_before
             row = (
                 item.nodeid,
                 time.monotonic() - wall,
@@ -228,7 +274,12 @@ class TimingRecorder:
                 max(0.0, _stack_cpu(stack) - stack_before),
             )
             with open(self.path, "a") as out:
-                out.write("\t".join([row[0], *(f"{value:.3f}" for value in row[1:])]) + "\n")
+                values = [f"{value:.3f}" for value in row[1:]]
+                values.append(tree if tree == "" else f"{tree:.3f}")
+                out.write("\t".join([row[0], *values]) + "\n")
+
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        self.tree.close()
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if hasattr(self.config, "workerinput"):
@@ -247,7 +298,7 @@ class TimingRecorder:
                 rows.append((path.stem, *line.split("\t")))
         shutil.rmtree(self.folder, ignore_errors=True)
         rows.sort(key=lambda row: -float(row[2]))
-        header = "worker\tnodeid\twall_s\tcpu_self_s\tcpu_children_s\tcpu_stack_s\n"
+        header = "worker\tnodeid\twall_s\tcpu_self_s\tcpu_children_s\tcpu_stack_s\tcpu_tree_s\n"
         body = "".join("\t".join(row) + "\n" for row in rows)
         (ROOT / "var" / "test-times.tsv").write_text(header + body)
 

@@ -6,6 +6,11 @@ it to a thread again for the view: three crossings, on every runner request too.
 looks the path up in WhiteNoise's table (a dict lookup, or WhiteNoise's finder when it
 refreshes) and only a static file's answer is built on a thread; everything else goes on
 in the mode it came in. Configured by WhiteNoise's settings as before.
+
+WhiteNoise reads every static file's headers when it is built (without autorefresh), and
+Django builds the middleware chain again for every handler: each test client, each
+`call_command` that makes requests. The table is built once per process and configuration
+(`_whitenoise`), and handed to every chain after the first.
 """
 
 from __future__ import annotations
@@ -13,8 +18,35 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from whitenoise.middleware import WhiteNoiseMiddleware
+
+# Besides WHITENOISE_*, what decides which files WhiteNoise finds and how it answers.
+_CONFIGURATION = (
+    "DEBUG",
+    "FORCE_SCRIPT_NAME",
+    "STATIC_URL",
+    "STATIC_ROOT",
+    "STATICFILES_DIRS",
+    "STATICFILES_FINDERS",
+    "STORAGES",
+)
+_BUILT: dict[str, WhiteNoiseMiddleware] = {}
+
+
+def _whitenoise() -> WhiteNoiseMiddleware:
+    """WhiteNoise for the settings in force, built once per process and configuration. Only
+    its file table and `serve` are used here, never its own `__call__`, so the instance does
+    not depend on the chain it was built in."""
+    names = [*_CONFIGURATION, *(name for name in dir(settings) if name.startswith("WHITENOISE_"))]
+    key = repr([(name, getattr(settings, name, None)) for name in sorted(names)])
+    built = _BUILT.get(key)
+    if built is None:
+        if len(_BUILT) >= 8:  # settings overridden test after test: keep the table small
+            _BUILT.clear()
+        built = _BUILT[key] = WhiteNoiseMiddleware(get_response=None)
+    return built
 
 
 class StaticFilesMiddleware:
@@ -23,7 +55,7 @@ class StaticFilesMiddleware:
 
     def __init__(self, get_response: Callable) -> None:
         self.get_response = get_response
-        self.whitenoise = WhiteNoiseMiddleware(get_response)
+        self.whitenoise = _whitenoise()
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
