@@ -8,10 +8,10 @@ WORKDIR /app
 RUN apt-get update && apt-get install -y --no-install-recommends openssh-client docker.io \
     && rm -rf /var/lib/apt/lists/*
 
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY config ./config
 COPY apps ./apps
-RUN pip install .
+RUN pip install -c constraints.txt .
 
 COPY . .
 # collectstatic needs settings to load; these build-time values are not used at run time.

@@ -24,12 +24,13 @@ $(PY):
 # model with it and the tests train with it. `--no-compile`: pip would byte-compile every
 # module of every wheel, one file at a time (half of a fresh install's minute); Python compiles
 # the few it imports on first use and keeps them.
-$(VENV)/.installed: pyproject.toml $(wildcard */__init__.py) | $(PY)
-	$(PY) -m pip install --quiet --no-compile -e '.[train]'
+# constraints.txt: the versions every clone gets (its header says why and how to move them).
+$(VENV)/.installed: pyproject.toml constraints.txt $(wildcard */__init__.py) | $(PY)
+	$(PY) -m pip install --quiet --no-compile -c constraints.txt -e '.[train]'
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(wildcard */__init__.py) | $(PY)
-	$(PY) -m pip install --quiet --no-compile -e '.[dev,train]'
+$(VENV)/.installed-dev: pyproject.toml constraints.txt $(wildcard */__init__.py) | $(PY)
+	$(PY) -m pip install --quiet --no-compile -c constraints.txt -e '.[dev,train]'
 	touch $@ $(VENV)/.installed
 
 install: $(VENV)/.installed

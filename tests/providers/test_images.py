@@ -59,15 +59,19 @@ def test_build_images_if_missing_does_nothing_where_jobs_run_on_the_host(setting
 @pytest.mark.live
 def test_the_built_image_runs_the_trainer_and_the_engine_and_is_current(trainer_image):
     podman = container_runtime("podman")  # with this machine's flags (test settings)
+    # -B: nothing written while it runs, so each module's bytecode is the image's own.
     code = (
-        "import torch, transformers, peft, huggingface_hub, trainer.train, engine.model, runner;"
+        "import os, torch, transformers, peft, huggingface_hub, trainer.train, engine.model;"
+        "import runner; from importlib.util import cache_from_source as pyc;"
+        "modules = (torch, transformers, peft, trainer.train, engine.model, runner);"
+        "print('no bytecode:',"
+        " [m.__name__ for m in modules if not os.path.exists(pyc(m.__file__))]);"
         "print('ok', torch.__version__, open('/etc/trainyard-image').read().strip())"
     )
-    ran = podman.cli(
-        "run", "--rm", "--network=none", *podman.run_args, trainer_image, "python3", "-c", code
-    )
+    run = ("run", "--rm", "--network=none", *podman.run_args, trainer_image)
+    ran = podman.cli(*run, "python3", "-B", "-c", code)
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.startswith("ok 2.13.0")
+    assert ran.stdout.startswith("no bytecode: []\nok 2.13.0")
     assert "trainyard workload image 0.1.0" in ran.stdout
     assert images.image_is_current(podman, trainer_image)
     assert images.image_is_current(podman, images.engine_image())
