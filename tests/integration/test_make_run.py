@@ -165,6 +165,13 @@ def test_on_another_port_the_runner_reports_to_that_port_and_never_to_8000(tmp_p
             # The job goes through the worker, whose broker is that Redis.
             job = ["python", "-c", "print('hi')"]
             assert _submit(port, env, "on-another-port", "local", job) == "succeeded"
+            # Its outcome went through every hook on SQLite (webhooks' lookups included).
+            wait_until(
+                lambda: re.search(r"Task jobs.job_outcome\[.*\] succeeded", proc.log.read_text()),
+                timeout=60,
+                what="the job's outcome task",
+            )
+            assert "job_outcome failed" not in proc.log.read_text()
 
             password = (tmp_path / "var" / "redis" / "password").read_text().strip()
             assert password not in log

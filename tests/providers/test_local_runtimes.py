@@ -233,6 +233,39 @@ def test_a_host_runner_runs_as_nobody_for_good_and_cannot_read_the_control_plane
 
 @pytest.mark.live
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_a_work_directory_nobody_can_reach_keeps_the_runner_root_and_says_why(
+    settings, tmp_path, live_server, caplog
+):
+    """What a root `make run` from a checkout under /root meets: nobody may run the
+    interpreter but not pass into the var directory. The runner stays root (as for an
+    interpreter nobody can run) instead of failing on its own token file, attempt after
+    attempt."""
+    reachable_by_everyone(tmp_path)
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    settings.LOCAL_WORK_DIR = private / "work"
+    Provider.objects.filter(name="local").update(
+        config={"runtime": "host", "python": "/usr/bin/python3"}
+    )
+    org = OrganizationFactory(compute_enabled=True)
+    script = "import os; print('uid', os.getuid())"
+    backend, request, bootstrap, attempt = launch_args(
+        org, image="local", control_url=live_server.url, command=["/usr/bin/python3", "-c", script]
+    )
+    handle = backend.launch(request, bootstrap)
+    try:
+        wait_until(lambda: backend.poll(handle).state != "running", 30, what="the runner")
+        assert backend.poll(handle).exit_code == 0
+    finally:
+        backend.release(handle)
+    lines = list(attempt.job.log_lines.filter(source="user").values_list("message", flat=True))
+    assert lines == ["uid 0"]
+    assert backend.where_it_runs(handle).endswith("as user root")
+    assert f"nobody cannot reach {private / 'work'}" in caplog.text
+
+
+@pytest.mark.live
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
 def test_a_container_created_but_never_started_is_replaced_and_polled_as_lost(
     settings, tmp_path, live_server, podman_image
 ):

@@ -323,7 +323,7 @@ class LocalBackend(Backend):
         if relay:
             argv += ["--relay", relay]
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(settings.BASE_DIR)}
-        user = self._run_as(python)
+        user = self._run_as(python, control_dir)
         run_as = None
         if user is not None:
             os.chown(control_dir, user.pw_uid, user.pw_gid)
@@ -361,7 +361,7 @@ class LocalBackend(Backend):
                 **gpu_env(gpu_devices),
             }
         )
-        user = self._run_as(python)
+        user = self._run_as(python, workdir)
         if user is None:
             refuse_own_uid(self.config)
         token_file = _write_token(workdir, bootstrap.token)
@@ -387,10 +387,12 @@ class LocalBackend(Backend):
         name = user.pw_name if user is not None else pwd.getpwuid(os.geteuid()).pw_name
         return {**handle, "runtime": "host", "user": name}
 
-    def _run_as(self, python: str) -> pwd.struct_passwd | None:
-        """The unprivileged user a host-runtime runner runs as when we are root: `run_as`
-        (default nobody), provided it can run `python` at all. Where it cannot (an
-        interpreter under /root, say), the runner stays root and a warning says why."""
+    def _run_as(self, python: str, workdir: Path) -> pwd.struct_passwd | None:
+        """The unprivileged user a host-runtime runner (or a control socket) runs as when we
+        are root: `run_as` (default nobody), provided it can run `python` at all, import the
+        project's packages and reach `workdir` (which it is then given). Where it cannot (an
+        interpreter, a checkout or a var directory under /root, say), the process stays root
+        and a warning says why: never a runner that fails on its first file."""
         name = self.config.get("run_as", "nobody")
         if os.geteuid() != 0 or not name:
             return None
@@ -404,6 +406,19 @@ class LocalBackend(Backend):
                 "provider's config python to an interpreter every user can run",
                 name,
                 python,
+            )
+            return None
+        unreachable = [
+            path
+            for path, readable in ((Path(settings.BASE_DIR), True), (workdir.parent, False))
+            if not _reachable_by_others(path, readable=readable)
+        ]
+        if unreachable:
+            logger.warning(
+                "local provider: %s cannot reach %s, so runners run as root; put the "
+                "checkout and TRAINYARD_VAR_DIR where every user may pass (not under /root)",
+                name,
+                unreachable[0],
             )
             return None
         return user
@@ -542,13 +557,27 @@ def _cli_env() -> dict[str, str]:
 
 def _world_executable(path: Path) -> bool:
     """Whether any user may run `path`: every directory on the way is searchable by others
-    and the file executable by others (what an unprivileged user needs, without it being
-    asked of the kernel as that user)."""
+    (to the path as given, a venv's link, and to the file it resolves to) and the file
+    executable by others (what an unprivileged user needs, without it being asked of the
+    kernel as that user)."""
     target = path.resolve()
     try:
         if not target.stat().st_mode & stat.S_IXOTH:
             return False
-        return all(parent.stat().st_mode & stat.S_IXOTH for parent in target.parents)
+        return _reachable_by_others(path.absolute().parent) and _reachable_by_others(target.parent)
+    except OSError:
+        return False
+
+
+def _reachable_by_others(folder: Path, *, readable: bool = False) -> bool:
+    """Whether any user may pass through `folder` and every directory above it (and list
+    and read it, when `readable`)."""
+    folder = folder.absolute()
+    need = stat.S_IXOTH | (stat.S_IROTH if readable else 0)
+    try:
+        if folder.stat().st_mode & need != need:
+            return False
+        return all(parent.stat().st_mode & stat.S_IXOTH for parent in folder.parents)
     except OSError:
         return False
 
