@@ -4,14 +4,12 @@ uploads — and the adapter it hands back loads with peft and generates text."""
 
 from __future__ import annotations
 
-import io
-import tarfile
-
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from apps.finetunes.services import dataset_upload
 from apps.jobs.models import Artifact, JobEvent, MetricPoint
+from runner.archive import detect_format, extract
 from tests.factories import ProjectFactory
 from tests.integration.conftest import TERMINAL
 
@@ -61,8 +59,11 @@ def test_a_finetune_trains_uploads_and_its_adapter_generates(
     download = api.session.get(f"{api.base}{adapter['download_url']}", timeout=30)
     assert download.status_code == 200
     adapter_dir = tmp_path / "adapter"
-    with tarfile.open(fileobj=io.BytesIO(download.content), mode="r:gz") as archive:
-        archive.extractall(adapter_dir, filter="data")
+    downloaded = tmp_path / "adapter.tar.gz"
+    downloaded.write_bytes(download.content)
+    with open(downloaded, "rb") as handle:
+        fmt = detect_format(handle)
+    extract(downloaded, fmt, adapter_dir)  # the runner's checked unpacking (any 3.11)
 
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer

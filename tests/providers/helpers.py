@@ -40,6 +40,24 @@ def launch_args(
     return backend_for(attempt.provider), request, bootstrap, attempt
 
 
+def run_to_exit(
+    backend: Backend, request: LaunchRequest, bootstrap: Bootstrap
+) -> tuple[dict, list[str]]:
+    """Launch, wait for the runner to end with exit code 0, release: the handle, and the
+    workload's own log lines in order."""
+    from apps.jobs.models import Job
+    from tests.live import wait_until
+
+    handle = backend.launch(request, bootstrap)
+    try:
+        wait_until(lambda: backend.poll(handle).state != "running", 30, what="the runner")
+        assert backend.poll(handle).exit_code == 0
+    finally:
+        backend.release(handle)
+    job = Job.objects.get(public_id=request.job_id)
+    return handle, list(job.log_lines.filter(source="user").values_list("message", flat=True))
+
+
 def reachable_by_everyone(path: Path) -> None:
     """Let an unprivileged runner reach `path`: pytest makes its temporary directories
     private to the user running the tests."""

@@ -19,7 +19,7 @@ from apps.providers.models import Provider
 from tests.containers import containers_of_job
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
-from tests.providers.helpers import launch_args, reachable_by_everyone
+from tests.providers.helpers import launch_args, reachable_by_everyone, run_to_exit
 
 
 def _spec(**overrides) -> RunSpec:
@@ -203,16 +203,10 @@ def test_a_host_runner_runs_as_nobody_for_good_and_cannot_read_the_control_plane
         "print('caps', [l.split()[1] for l in open('/proc/self/status') if l[:6] == 'CapEff']);"
         f"print('environ', os.access('/proc/{os.getpid()}/environ', os.R_OK))"
     )
-    backend, request, bootstrap, attempt = launch_args(
+    backend, request, bootstrap, _ = launch_args(
         org, image="local", control_url=live_server.url, command=["/usr/bin/python3", "-c", script]
     )
-    handle = backend.launch(request, bootstrap)
-    try:
-        wait_until(lambda: backend.poll(handle).state != "running", 30, what="the runner")
-        assert backend.poll(handle).exit_code == 0
-    finally:
-        backend.release(handle)
-    lines = list(attempt.job.log_lines.filter(source="user").values_list("message", flat=True))
+    handle, lines = run_to_exit(backend, request, bootstrap)
     # Real, effective and saved ids all nobody's, no groups, no capabilities: it cannot
     # switch back to root.
     nobody = pwd.getpwnam("nobody")
@@ -249,16 +243,10 @@ def test_a_work_directory_nobody_can_reach_keeps_the_runner_root_and_says_why(
     )
     org = OrganizationFactory(compute_enabled=True)
     script = "import os; print('uid', os.getuid())"
-    backend, request, bootstrap, attempt = launch_args(
+    backend, request, bootstrap, _ = launch_args(
         org, image="local", control_url=live_server.url, command=["/usr/bin/python3", "-c", script]
     )
-    handle = backend.launch(request, bootstrap)
-    try:
-        wait_until(lambda: backend.poll(handle).state != "running", 30, what="the runner")
-        assert backend.poll(handle).exit_code == 0
-    finally:
-        backend.release(handle)
-    lines = list(attempt.job.log_lines.filter(source="user").values_list("message", flat=True))
+    handle, lines = run_to_exit(backend, request, bootstrap)
     assert lines == ["uid 0"]
     assert backend.where_it_runs(handle).endswith("as user root")
     assert f"nobody cannot reach {private / 'work'}" in caplog.text

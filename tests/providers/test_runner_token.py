@@ -9,7 +9,7 @@ import pytest
 from apps.providers.models import Provider
 from tests.factories import OrganizationFactory
 from tests.live import wait_until
-from tests.providers.helpers import launch_args, reachable_by_everyone
+from tests.providers.helpers import launch_args, reachable_by_everyone, run_to_exit
 
 # The workload knows the token only as hex (its argv is logged): it reports what it can read.
 LOOK = """
@@ -49,13 +49,7 @@ def test_a_workload_of_the_runners_user_cannot_reach_the_token(settings, tmp_pat
     ]
     job.save(update_fields=["spec"])
     workdir = tmp_path / "work" / request.job_id / "attempt-1"
-    handle = backend.launch(request, bootstrap)
-    try:
-        wait_until(lambda: backend.poll(handle).state != "running", 30, what="the runner")
-        assert backend.poll(handle).exit_code == 0
-    finally:
-        backend.release(handle)
-    lines = list(job.log_lines.filter(source="user").values_list("message", flat=True))
+    _, lines = run_to_exit(backend, request, bootstrap)
     assert lines[-1] == "False []"  # no runner.token left, no file holding the token
     assert lines == ["environ Permission denied", "mem Permission denied", "False []"]
     assert not (workdir / "runner.token").exists()
