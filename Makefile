@@ -66,9 +66,10 @@ format: install-dev
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
-# Every test, on TEST_WORKERS pytest-xdist workers (3 on two cores: most of the suite waits
-# on processes). Tests that share a daemon, a port or a module fixture stay together on one
-# worker, the longest groups first (tests/parallel.py).
+# Every test, on TEST_WORKERS pytest-xdist workers (3 on two cores: a third worker fills the
+# time the others wait on processes; a fourth was measured slower, the cores being busy).
+# Tests that share a daemon, a port or a module fixture stay together on one worker, the
+# longest groups first (tests/parallel.py).
 XDIST := -n $${TEST_WORKERS:-3} --dist loadgroup --no-loadscope-reorder
 # The suite starts hundreds of Python processes (stacks, runners, manage.py): the project's
 # bytecode is compiled once up front and may be cached during the run, whatever
