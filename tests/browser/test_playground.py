@@ -40,7 +40,10 @@ def test_a_finetune_and_its_base_model_answer_one_prompt_side_by_side(
     adapter_id = f"art_{tuned.adapter.pk}"
 
     page = signed_in(team["member"])
-    page.goto(f"/o/studio/jobs/{tuned.job.public_id}/")
+    # Once its socket opens, the job page catches up and swaps its actions (this link among
+    # them) in again: a click while the swap lands finds the link replaced and goes nowhere.
+    with page.expect_response(re.compile(rf"/jobs/{tuned.job.public_id}/live/\?")):
+        page.goto(f"/o/studio/jobs/{tuned.job.public_id}/")
     page.get_by_role("link", name="Open in Playground").click()
     page.wait_for_url(
         re.compile(rf"/o/studio/projects/speech/playground/\?job={tuned.job.public_id}$")
