@@ -12,7 +12,8 @@ import socket
 import subprocess
 import threading
 import uuid
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,8 @@ def _env(tmp_path: Path, port: int, redis_url: str | None = REDIS_URL) -> dict[s
         DATABASE_URL="",  # the embedded SQLite default, as on a laptop
         REDIS_URL=redis_url or "",
         WEB_PORT=str(port),
+        # Its SSH gateway on a port of its own (2222 by default), as its web server is.
+        SSH_GATEWAY_PORT=str(free_port()),
         DEMO_PASSWORD=PASSWORD,
         RECONCILE_INTERVAL_S="1",
         HEARTBEAT_INTERVAL_S="1",
@@ -57,15 +60,17 @@ def _healthy(port: int) -> bool:
 
 
 def _stack_pids(var_dir: Path) -> list[int]:
-    """Every live process started for this stack: its environment names its var dir."""
+    """Every live process started for this stack: its environment names its var dir. Not
+    make run's own Redis, which outlives it by design (the next `make run` reuses it)."""
     found = []
     marker = f"TRAINYARD_VAR_DIR={var_dir}".encode()
     for entry in os.listdir("/proc"):
         if entry.isdigit() and int(entry) != os.getpid():
             with suppress(OSError):
                 if marker in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
-                    state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                    if state not in ("Z", "X"):
+                    stat = Path(f"/proc/{entry}/stat").read_text()
+                    name, state = stat.split("(", 1)[1].rsplit(")", 1)
+                    if state.split()[0] not in ("Z", "X") and name != "redis-server":
                         found.append(int(entry))
     return found
 
@@ -116,6 +121,42 @@ def _submit(port: int, env: dict[str, str], name: str, image: str, command: list
     return wait_until(finished, timeout=120, interval=0.5, what="the job")
 
 
+@dataclass
+class Booted:
+    """A `make run` of this module's, on its own Redis, with the demo model in place."""
+
+    proc: subprocess.Popen
+    port: int
+    env: dict[str, str]
+    var_dir: Path
+
+
+@pytest.fixture(scope="module")
+def _boots(tmp_path_factory, tiny_model):
+    """Module-wide, so the tests that need a healthy `make run` share one boot (its migrate,
+    seed and five processes' start: about 20 CPU-seconds) while it is up."""
+    with ExitStack() as stack:
+        yield stack, tmp_path_factory, tiny_model
+
+
+@pytest.fixture
+def booted(_boots) -> Booted:
+    """The module's running `make run`, started when there is none or a test took the last
+    one down (the hard-kill test does)."""
+    stack, tmp_path_factory, tiny_model = _boots
+    current = getattr(stack, "booted", None)
+    if current is None or current.proc.poll() is not None or not _healthy(current.port):
+        tmp = tmp_path_factory.mktemp("make-run")
+        port = free_port()
+        env = _env(tmp, port, redis_url=None)
+        with_demo_model(tmp / "var", tiny_model)  # the newcomer's test builds it
+        proc = stack.enter_context(make_run(tmp, port, env=env))
+        wait_until(lambda: _healthy(port) or proc.poll() is not None, timeout=240, what="make run")
+        assert proc.poll() is None, proc.log.read_text()
+        current = stack.booted = Booted(proc, port, env, tmp / "var")
+    return current
+
+
 class Listener:
     """A server on 127.0.0.1:8000 that counts the connections it gets (when 8000 is free)."""
 
@@ -141,46 +182,60 @@ class Listener:
         self.sock.close()
 
 
-def test_on_another_port_the_runner_reports_to_that_port_and_never_to_8000(tmp_path, tiny_model):
+def test_on_another_port_the_runner_reports_to_that_port_and_never_to_8000(booted):
     """With REDIS_URL unset, on make run's own Redis: a password on a socket of its own."""
-    port = free_port()
-    env = _env(tmp_path, port, redis_url=None)
-    with_demo_model(tmp_path / "var", tiny_model)  # the newcomer's test builds it
+    port, env, proc = booted.port, booted.env, booted.proc
     listener = Listener()  # fails the test when 8000 is taken: then the check proves nothing
     try:
-        with make_run(tmp_path, port, env=env) as proc:
-            wait_until(
-                lambda: _healthy(port) or proc.poll() is not None, timeout=240, what="make run"
-            )
-            assert proc.poll() is None, proc.log.read_text()
-            log = proc.log.read_text()
-            assert f"Trainyard: http://127.0.0.1:{port}/" in log
-            # It names the CLI it installed and how to put it on PATH (the README's quickstart).
-            assert "/trainyard  (on PATH in another shell: export PATH=" in log
-            # It says where jobs run (the host runtime here, as the suite's settings ask).
-            assert "Jobs run as processes of this host (LOCAL_RUNTIME=host)" in log
-            sock = tmp_path / "var" / "redis" / "redis.sock"
-            assert f"Started redis-server on {sock}, password required." in log
+        log = proc.log.read_text()
+        assert f"Trainyard: http://127.0.0.1:{port}/" in log
+        # It names the CLI it installed and how to put it on PATH (the README's quickstart).
+        assert "/trainyard  (on PATH in another shell: export PATH=" in log
+        # It says where jobs run (the host runtime here, as the suite's settings ask).
+        assert "Jobs run as processes of this host (LOCAL_RUNTIME=host)" in log
+        sock = booted.var_dir / "redis" / "redis.sock"
+        assert f"Started redis-server on {sock}, password required." in log
 
-            # The job goes through the worker, whose broker is that Redis.
-            job = ["python", "-c", "print('hi')"]
-            assert _submit(port, env, "on-another-port", "local", job) == "succeeded"
-            # Its outcome went through every hook on SQLite (webhooks' lookups included).
-            wait_until(
-                lambda: re.search(r"Task jobs.job_outcome\[.*\] succeeded", proc.log.read_text()),
-                timeout=60,
-                what="the job's outcome task",
-            )
-            assert "job_outcome failed" not in proc.log.read_text()
+        # The job goes through the worker, whose broker is that Redis.
+        job = ["python", "-c", "print('hi')"]
+        assert _submit(port, env, "on-another-port", "local", job) == "succeeded"
+        # Its outcome went through every hook on SQLite (webhooks' lookups included).
+        wait_until(
+            lambda: re.search(r"Task jobs.job_outcome\[.*\] succeeded", proc.log.read_text()),
+            timeout=60,
+            what="the job's outcome task",
+        )
+        assert "job_outcome failed" not in proc.log.read_text()
 
-            password = (tmp_path / "var" / "redis" / "password").read_text().strip()
-            assert password not in log
-            with pytest.raises(redis.AuthenticationError):
-                redis.Redis(unix_socket_path=str(sock), protocol=2).ping()
-            assert redis.Redis(unix_socket_path=str(sock), password=password).ping()
+        password = (booted.var_dir / "redis" / "password").read_text().strip()
+        assert password not in proc.log.read_text()
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(unix_socket_path=str(sock), protocol=2).ping()
+        assert redis.Redis(unix_socket_path=str(sock), password=password).ping()
     finally:
         listener.close()
     assert listener.connections == 0
+
+
+def test_a_hard_kill_takes_the_stack_down_and_a_taken_port_is_named(tmp_path, booted):
+    port, first, var_dir = booted.port, booted.proc, booted.var_dir
+    wait_until(lambda: len(_stack_pids(var_dir)) >= 4, timeout=30, what="web, worker and beat")
+
+    second = subprocess.run(
+        ["make", "run"],
+        cwd=ROOT,
+        env=_env(tmp_path / "second", port),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert second.returncode != 0
+    assert f"Port {port} on 127.0.0.1 is already in use" in second.stdout + second.stderr
+    assert _healthy(port)  # the first stack is untouched
+
+    os.killpg(first.pid, signal.SIGKILL)
+    wait_until(lambda: not _stack_pids(var_dir), timeout=5, what="web, worker and beat to go")
+    assert not _healthy(port)
 
 
 def test_a_newcomers_make_run_finds_the_flags_podman_needs_and_runs_container_jobs(tmp_path):
@@ -237,29 +292,3 @@ def test_make_run_stops_before_serving_when_no_flags_make_the_runtime_work(tmp_p
     assert not re.search(r"^Trainyard: http://", output, flags=re.MULTILINE)  # no banner
     assert not _healthy(port)
     assert not _stack_pids(tmp_path / "var")
-
-
-def test_a_hard_kill_takes_the_stack_down_and_a_taken_port_is_named(tmp_path, tiny_model):
-    port = free_port()
-    var_dir = tmp_path / "var"
-    with_demo_model(var_dir, tiny_model)
-    with make_run(tmp_path, port, "first") as first:
-        wait_until(lambda: _healthy(port) or first.poll() is not None, timeout=240, what="make run")
-        assert first.poll() is None, first.log.read_text()
-        wait_until(lambda: len(_stack_pids(var_dir)) >= 4, timeout=30, what="worker and beat")
-
-        second = subprocess.run(
-            ["make", "run"],
-            cwd=ROOT,
-            env=_env(tmp_path / "second", port),
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
-        assert second.returncode != 0
-        assert f"Port {port} on 127.0.0.1 is already in use" in second.stdout + second.stderr
-        assert _healthy(port)  # the first stack is untouched
-
-        os.killpg(first.pid, signal.SIGKILL)
-        wait_until(lambda: not _stack_pids(var_dir), timeout=5, what="web, worker and beat to go")
-    assert not _healthy(port)
