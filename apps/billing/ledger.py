@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F, Q, Sum
+from django.db.models import BigIntegerField, F, OuterRef, Q, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
 
 from apps.accounts.models import Organization, User
 from apps.billing import live
@@ -282,41 +283,54 @@ class Mismatch:
     recomputed: int
 
 
-def recompute(account_ids: list[int] | None = None) -> dict[int, dict[str, int]]:
-    """Every account's four sums recomputed from the transfers (pending ones count until a
-    resolution exists; a posted resolution counts as posted)."""
-    sums: dict[int, dict[str, int]] = {}
+COLUMNS = ("posted_debits", "posted_credits", "pending_debits", "pending_credits")
+
+
+def _recomputed(column: str) -> Coalesce:
+    """An account's `column` summed from its transfers (pending ones count until a
+    resolution exists; a posted resolution counts as posted), as a subquery."""
+    name, side = column.removesuffix("s").split("_")
+    condition = (
+        Q(state=State.POSTED)
+        if name == "posted"
+        else Q(state=State.PENDING, resolution__isnull=True)
+    )
+    total = (
+        Transfer.objects.filter(condition, **{f"{side}_account_id": OuterRef("pk")})
+        .order_by()
+        .values(f"{side}_account_id")
+        .annotate(total=Sum("amount_micros"))
+        .values("total")
+    )
+    return Coalesce(Subquery(total), Value(0), output_field=BigIntegerField())
+
+
+def _with_recomputed(account_ids: list[int] | None = None):
+    """Accounts with their cached sums and, as `recomputed_<column>`, the sums from the
+    transfers: one query, however many accounts."""
     accounts = Account.objects.all()
     if account_ids is not None:
         accounts = accounts.filter(pk__in=account_ids)
-    for account_id in accounts.values_list("pk", flat=True):
-        sums[account_id] = dict.fromkeys(
-            ("posted_debits", "posted_credits", "pending_debits", "pending_credits"), 0
-        )
-    open_pending = Q(state=State.PENDING, resolution__isnull=True)
-    posted = Q(state=State.POSTED)
-    for side in ("debit", "credit"):
-        for name, condition in (("posted", posted), ("pending", open_pending)):
-            rows = (
-                Transfer.objects.filter(condition, **{f"{side}_account_id__in": list(sums)})
-                .values(f"{side}_account_id")
-                .annotate(total=Sum("amount_micros"))
-            )
-            for row in rows:
-                sums[row[f"{side}_account_id"]][f"{name}_{side}s"] = row["total"]
-    return sums
+    recomputed = {f"recomputed_{column}": _recomputed(column) for column in COLUMNS}
+    return accounts.annotate(**recomputed).values("pk", *COLUMNS, *recomputed).order_by("pk")
+
+
+def recompute(account_ids: list[int] | None = None) -> dict[int, dict[str, int]]:
+    """Every account's four sums recomputed from the transfers."""
+    return {
+        row["pk"]: {column: row[f"recomputed_{column}"] for column in COLUMNS}
+        for row in _with_recomputed(account_ids)
+    }
 
 
 def audit() -> list[Mismatch]:
     """Compare every account's cached sums with the transfers; return each difference."""
-    recomputed = recompute()
-    mismatches = []
-    for account in Account.objects.all():
-        for column, value in recomputed[account.pk].items():
-            cached = getattr(account, column)
-            if cached != value:
-                mismatches.append(Mismatch(account.pk, column, cached, value))
-    return mismatches
+    return [
+        Mismatch(row["pk"], column, row[column], row[f"recomputed_{column}"])
+        for row in _with_recomputed()
+        for column in COLUMNS
+        if row[column] != row[f"recomputed_{column}"]
+    ]
 
 
 def total_balance() -> int:
