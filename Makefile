@@ -99,7 +99,7 @@ format: install-dev
 	$(BIN)/ruff format .
 
 # Every test, on TEST_WORKERS pytest-xdist workers (3 on two cores: a third worker fills the
-# time the others wait on processes; a fourth was measured slower, the cores being busy).
+# time the others wait on processes; a fourth was measured no faster, the cores being busy).
 # Tests that share a daemon, a port or a module fixture stay together on one worker, the
 # longest groups first (tests/parallel.py).
 XDIST := -n $${TEST_WORKERS:-3} --dist loadgroup --no-loadscope-reorder
